@@ -1,0 +1,311 @@
+"""Assembling the request for one model call (SPEC §3).
+
+The request is derived from the log view and the latest compaction event; it
+is never stored. Layers, in order:
+
+1. system prompt and tools (static; carried by `StaticPrefix`)
+2. the latest compaction summary: [user: compact prompt, assistant: summary]
+3. earlier rounds since that point: opening user message + final assistant message
+4. current round, steps older than the verbatim window: tool results compressed
+5. the last steps verbatim (results over the size cap cut to head + tail)
+
+Work per call is proportional to what is sent, not to the log: token counts
+are cached on blocks, compressed results are cached by view index, and the
+stable prefix (layers 2-4) is memoised until it changes, which with
+hysteresis B happens only every B steps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from context.compression import archive_ref, cap_result, compress_result
+from context.history import History
+from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from context.tokens import count_text
+
+BRIDGE = (
+    "[baton] The conversation above was compacted: the summary stands for everything "
+    "before this point. The most recent steps follow verbatim. Continue the task."
+)
+
+
+class Policy(BaseModel):
+    """How an agent's context is kept; SPEC §1 and §3 parameters."""
+
+    model_config = ConfigDict(frozen=True)
+    window: int = Field(1_000_000, gt=0, description="hard context limit in tokens")
+    threshold: int = Field(700_000, gt=0, description="compact when the estimated input passes this")
+    keep_last_steps: int = Field(5, ge=1, description="N: steps kept verbatim")
+    batch: int = Field(5, ge=1, description="B: steps compressed at a time (hysteresis)")
+    start_tokens: int = Field(0, ge=0, description="layers 3 and 4 wait until the context passes this")
+    max_tokens: int = Field(8_192, gt=0, description="output reserved in the window (rule 3)")
+    result_cap_chars: int = Field(40_000, gt=0, description="verbatim results over this are cut to head + tail")
+    kept_cap_chars: int = Field(5_000, gt=0, description="cap for results of steps kept by a compaction")
+    read_lines: int = Field(20, ge=0, description="lines of an older Read result kept in its compressed form")
+    min_verbatim_steps: int = Field(2, ge=1, description="emergency trim never goes below this")
+
+    @model_validator(mode="after")
+    def _threshold_below_window(self) -> "Policy":
+        if self.threshold >= self.window:
+            raise ValueError(f"threshold ({self.threshold}) must be below window ({self.window})")
+        if self.max_tokens >= self.window:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must be below window ({self.window})")
+        return self
+
+
+class CompactionEvent(BaseModel):
+    """A compaction: the summary that stands for view[covered_from:kept_from].
+
+    The log is untouched; assembly reads the latest event to derive the view.
+    """
+
+    kind: str = "compaction"
+    id: int = Field(ge=1, description="1 for the first compaction of this agent, then 2, …")
+    covered_from: int = Field(ge=0)
+    kept_from: int = Field(ge=0, description="first view index kept verbatim after the summary")
+    kept_until: int = Field(ge=0, description="view length when compacted: the steps kept then")
+    prompt: str
+    summary: dict[str, Any]
+    tokens_before: int = 0
+    tokens_after: int = 0
+    duration_s: float = 0.0
+    usage: Usage | None = None
+    fallback: bool = False
+    error: str | None = None
+    at: str = ""
+
+    @cached_property
+    def messages(self) -> list[Message]:
+        text = f"<compact_summary>{json.dumps(self.summary, ensure_ascii=False, sort_keys=True)}</compact_summary>"
+        return [
+            Message(role="user", content=[TextBlock(text=self.prompt)]),
+            Message(role="assistant", content=[TextBlock(text=text)]),
+        ]
+
+
+class TokenEstimate(Protocol):
+    def estimate_raw(self, raw_tokens: int, n_messages: int, n_blocks: int) -> int: ...
+
+
+class StaticPrefix(BaseModel):
+    """System prompt and tool definitions: byte-identical on every call."""
+
+    model_config = ConfigDict(frozen=True)
+    system: str = ""
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+
+    @cached_property
+    def tokens(self) -> int:
+        return count_text(self.system) + count_text(json.dumps(self.tools, sort_keys=True))
+
+
+@dataclass
+class Assembled:
+    messages: list[Message]
+    breakpoints: list[int]  # indices of messages whose last block gets cache_control
+    layers: dict[str, int]  # raw tokens per layer
+    estimated_input: int  # calibrated, system and tools included
+    compressed_steps: int
+    verbatim_steps: int
+    trimmed_steps: int = 0  # steps emergency-trimmed to fit the window
+    managed: bool = True  # False while the context is below the start size
+
+    @property
+    def raw_tokens(self) -> int:
+        return sum(self.layers.values())
+
+    def to_request(self, static: StaticPrefix, *, model: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+        """The Messages API body, with cache breakpoints on the system prompt,
+        the tool list and the marked messages (4 at most, as the API allows)."""
+        ephemeral = {"type": "ephemeral"}
+        tools = [dict(t) for t in static.tools]
+        if tools:
+            tools[-1]["cache_control"] = ephemeral
+        msgs = []
+        for i, m in enumerate(self.messages):
+            body = m.api
+            if i in self.breakpoints:
+                content = [dict(b) for b in body["content"]]
+                content[-1]["cache_control"] = ephemeral
+                body = {"role": m.role, "content": content}
+            msgs.append(body)
+        request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": msgs}
+        if static.system:
+            request["system"] = [{"type": "text", "text": static.system, "cache_control": ephemeral}]
+        if tools:
+            request["tools"] = tools
+        return request | extra
+
+
+class ContextOverflow(RuntimeError):
+    """Even after emergency trimming the request does not fit the window."""
+
+
+def _default_estimate(raw_tokens: int, n_messages: int, n_blocks: int) -> int:
+    return round(raw_tokens * 1.19) + 4 * n_messages
+
+
+@dataclass
+class Assembler:
+    """Assembles requests for one agent; keeps per-agent caches between calls."""
+
+    history: History
+    policy: Policy
+    agent: str = "agent"
+    static: StaticPrefix = field(default_factory=StaticPrefix)
+    estimator: TokenEstimate | None = None
+    _compressed: dict[int, Message] = field(default_factory=dict, repr=False)
+    _capped: dict[tuple[int, int], Message] = field(default_factory=dict, repr=False)
+    _prefix_key: tuple | None = field(default=None, repr=False)
+    _prefix: tuple[list[Message], dict[str, int], int] | None = field(default=None, repr=False)
+
+    # ---- per-message variants, computed once -------------------------------------
+
+    def _tool_uses(self, results_index: int) -> dict[str, ToolUseBlock]:
+        return {t.id: t for t in self.history.view[results_index - 1].tool_uses}
+
+    def compressed(self, index: int) -> Message:
+        """view[index] (a results message) with every tool result compressed."""
+        msg = self._compressed.get(index)
+        if msg is None:
+            src = self.history.view[index]
+            uses = self._tool_uses(index)
+            blocks = [
+                compress_result(uses.get(b.tool_use_id), b, archive_ref(self.agent, b.tool_use_id), read_lines=self.policy.read_lines)
+                if isinstance(b, ToolResultBlock)
+                else b
+                for b in src.content
+            ]
+            msg = src if all(a is b for a, b in zip(blocks, src.content)) else Message(role="user", content=blocks)
+            self._compressed[index] = msg
+        return msg
+
+    def capped(self, index: int, cap: int) -> Message:
+        """view[index] with any single result over `cap` characters cut to head + tail."""
+        key = (index, cap)
+        msg = self._capped.get(key)
+        if msg is None:
+            src = self.history.view[index]
+            head = min(1_000, cap // 2)
+            blocks = [
+                cap_result(b, archive_ref(self.agent, b.tool_use_id), cap_chars=cap, head=head, tail=head)
+                if isinstance(b, ToolResultBlock)
+                else b
+                for b in src.content
+            ]
+            msg = src if all(a is b for a, b in zip(blocks, src.content)) else Message(role="user", content=blocks)
+            self._capped[key] = msg
+        return msg
+
+    def forget_tail(self, index: int) -> None:
+        """Drop cached variants at or after `index` (the last view message can change)."""
+        for k in [k for k in self._compressed if k >= index]:
+            del self._compressed[k]
+        for k in [k for k in self._capped if k[0] >= index]:
+            del self._capped[k]
+
+    # ---- assembly ----------------------------------------------------------------
+
+    def assemble(self, event: CompactionEvent | None = None) -> Assembled:
+        """The request for the next call, given the latest compaction event (if any)."""
+        view, pol = self.history.view, self.policy
+        self.forget_tail(max(0, len(view) - 1))  # the last view message may have been merged since
+        base = event.kept_from if event else 0
+        head: list[Message] = list(event.messages) if event else []
+        if event and base < len(view) and view[base].role == "assistant":
+            head.append(Message(role="user", content=[TextBlock(text=BRIDGE)]))
+        managed = sum(m.tokens for m in head) + self.history.tokens(base) >= pol.start_tokens
+
+        # Segments: rounds since the compaction point; steps kept by a compaction
+        # that started mid-round form a first segment opened by the bridge.
+        starts = self.history.rounds_in(base)
+        if not starts or starts[0] != base:
+            starts = [base] + starts
+        steps = self.history.steps_in(starts[-1])
+        n_compressed = max(0, (len(steps) - pol.keep_last_steps) // pol.batch * pol.batch) if managed else 0
+        cap_until = event.kept_until if event else 0
+
+        prefix, layers = self._stable_prefix(event, head, starts, steps[:n_compressed], managed, cap_until)
+        verbatim = steps[n_compressed:]
+        assembled = self._build(prefix, layers, verbatim, cap_until, n_compressed=n_compressed, n_trim=0, managed=managed)
+        n_trim = 0
+        while self._over_window(assembled) and len(verbatim) - n_trim > pol.min_verbatim_steps:
+            n_trim += 1  # emergency: compress the oldest verbatim step's results
+            assembled = self._build(prefix, layers, verbatim, cap_until, n_compressed=n_compressed, n_trim=n_trim, managed=managed)
+        if self._over_window(assembled):
+            assembled = self._build(prefix, layers, verbatim, cap_until, n_compressed=n_compressed, n_trim=n_trim, managed=managed, hard_cap=True)
+        if self._over_window(assembled):
+            raise ContextOverflow(
+                f"the request needs ~{assembled.estimated_input} input tokens plus {pol.max_tokens} output, "
+                f"over the window of {pol.window}, even with tool results trimmed; compact the context "
+                "or raise the window"
+            )
+        return assembled
+
+    def _step(self, s: int, cap_until: int, compress: bool = False, hard_cap: bool = False) -> list[Message]:
+        """A step's messages: the assistant message, then its results (compressed or capped)."""
+        end = self.history.step_end(s)
+        msgs = [self.history.view[s]]
+        if end == s + 2:
+            if compress:
+                msgs.append(self.compressed(s + 1))
+            else:
+                small = hard_cap or s + 1 < cap_until
+                msgs.append(self.capped(s + 1, self.policy.kept_cap_chars if small else self.policy.result_cap_chars))
+        return msgs
+
+    def _stable_prefix(self, event, head, starts, compressed_steps, managed, cap_until):
+        """Layers 2-4, memoised: with hysteresis they change only every B steps."""
+        key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), len(compressed_steps), managed)
+        if key != self._prefix_key or self._prefix is None:
+            view = self.history.view
+            layers = {"summary": sum(m.tokens for m in head), "earlier_rounds": 0, "compressed": 0}
+            msgs = list(head)
+            for start, end in zip(starts, starts[1:]):
+                if managed:  # layer 3: the opening user message and the final answer only
+                    keep = sorted({i for i in (start, end - 1) if view[i].role == "user" or i == end - 1})
+                    part = [view[i] for i in keep]
+                else:
+                    part = [view[start]] if view[start].role == "user" else []
+                    for s in self.history.steps_in(start, end):
+                        part += self._step(s, cap_until)
+                msgs += part
+                layers["earlier_rounds"] += sum(m.tokens for m in part)
+            current = starts[-1]
+            if view[current].role == "user":
+                msgs.append(view[current])  # the current round's opening message
+                layers["earlier_rounds"] += view[current].tokens
+            for s in compressed_steps:
+                part = self._step(s, cap_until, compress=True)
+                msgs += part
+                layers["compressed"] += sum(m.tokens for m in part)
+            self._prefix_key, self._prefix = key, (msgs, layers)
+        msgs, layers = self._prefix
+        return msgs, layers
+
+    def _build(self, prefix, layers, verbatim, cap_until, *, n_compressed: int, n_trim: int, managed: bool, hard_cap: bool = False) -> Assembled:
+        out = list(prefix)
+        stable_end = len(out) - 1
+        layers = {"system_and_tools": self.static.tokens, **layers, "verbatim": 0}
+        for k, s in enumerate(verbatim):
+            part = self._step(s, cap_until, compress=k < n_trim, hard_cap=hard_cap)
+            out += part
+            layers["compressed" if k < n_trim else "verbatim"] += sum(m.tokens for m in part)
+        breakpoints = sorted({i for i in (stable_end, len(out) - 1) if i >= 0})
+        raw = sum(layers.values())
+        n_blocks = sum(len(m.content) for m in out)
+        estimate = (self.estimator.estimate_raw if self.estimator else _default_estimate)(raw, len(out), n_blocks)
+        return Assembled(
+            out, breakpoints, layers, estimate,
+            compressed_steps=n_compressed + n_trim, verbatim_steps=len(verbatim) - n_trim,
+            trimmed_steps=n_trim, managed=managed,
+        )
+
+    def _over_window(self, a: Assembled) -> bool:
+        return a.estimated_input + self.policy.max_tokens > self.policy.window

@@ -1,0 +1,204 @@
+"""Typed content blocks and messages in the Anthropic Messages format.
+
+These models are the boundary for everything that enters the context engine:
+the on-disk log, recorded trajectories and model responses. Messages are
+immutable so derived data (token estimates, serialised form) can be cached on
+the object and never goes stale.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Role = Literal["user", "assistant"]
+
+
+def clean_text(value: Any) -> str:
+    """Turn whatever a tool or a log handed us into valid UTF-8 text.
+
+    Bytes are decoded with replacement characters, structured data becomes
+    JSON, and lone surrogates (which cannot be written as UTF-8) are replaced,
+    so a hostile or binary result can never break a later write.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if not isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    if value.isascii():
+        return value
+    return value.encode("utf-8", errors="replace").decode("utf-8")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class _Counted(_Frozen):
+    """A content block whose raw token count is computed once and cached on it."""
+
+    @cached_property
+    def tokens(self) -> int:
+        from context.tokens import block_tokens  # late import: tokens depends on this module
+
+        return block_tokens(self)
+
+
+class TextBlock(_Counted):
+    type: Literal["text"] = "text"
+    text: str
+
+    _clean = field_validator("text", mode="before")(lambda cls, v: clean_text(v))
+
+
+class ImageBlock(_Counted):
+    """An image, kept opaque: it is passed through and never tokenised as text."""
+
+    type: Literal["image"] = "image"
+    source: dict[str, Any]
+
+
+class ThinkingBlock(_Counted):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""
+
+
+class ToolUseBlock(_Counted):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input_is_object(cls, value: Any) -> dict[str, Any]:
+        # Models occasionally emit a JSON string or null; keep what was said.
+        if value is None:
+            return {}
+        if isinstance(value, str):
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                return {"raw": value}
+            return parsed if isinstance(parsed, dict) else {"raw": parsed}
+        if not isinstance(value, dict):
+            return {"raw": value}
+        return value
+
+
+ResultPart = Annotated[Union[TextBlock, ImageBlock], Field(discriminator="type")]
+
+
+class ToolResultBlock(_Counted):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: Union[str, list[ResultPart]] = ""
+    is_error: bool = False
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _normalise_content(cls, value: Any) -> Any:
+        if isinstance(value, list) and all(
+            isinstance(p, (TextBlock, ImageBlock))
+            or (isinstance(p, dict) and p.get("type") in ("text", "image"))
+            for p in value
+        ):
+            return value
+        return clean_text(value)
+
+    @property
+    def text(self) -> str:
+        """All textual content of the result, images left out."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextBlock))
+
+
+Block = Annotated[
+    Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, ImageBlock],
+    Field(discriminator="type"),
+]
+
+
+class Usage(_Frozen):
+    """Token usage the API reported for one response."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _none_is_zero(cls, value: Any) -> Any:
+        return 0 if value is None else value
+
+    @property
+    def total_input(self) -> int:
+        """What the model actually read: fresh, cache-written and cache-read input."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+
+class Message(_Frozen):
+    role: Role
+    content: list[Block]
+    usage: Usage | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _string_content(cls, value: Any) -> Any:
+        # The API accepts a bare string as shorthand for one text block.
+        if isinstance(value, str):
+            return [{"type": "text", "text": value}]
+        return value
+
+    @cached_property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    @cached_property
+    def tool_results(self) -> list[ToolResultBlock]:
+        return [b for b in self.content if isinstance(b, ToolResultBlock)]
+
+    @property
+    def only_tool_results(self) -> bool:
+        return bool(self.content) and len(self.tool_results) == len(self.content)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @cached_property
+    def tokens(self) -> int:
+        """Raw (uncalibrated) cl100k tokens of the content, summed from cached block counts."""
+        return sum(b.tokens for b in self.content)
+
+    @cached_property
+    def api(self) -> dict[str, Any]:
+        """The request form of this message (no usage); cached because messages are frozen."""
+        return {"role": self.role, "content": [b.model_dump(exclude_none=True) for b in self.content]}
+
+    @cached_property
+    def canonical(self) -> str:
+        """Deterministic serialisation: equal strings mean byte-identical request content."""
+        return json.dumps(self.api, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def user(*blocks: Block | str) -> Message:
+    return Message(role="user", content=[TextBlock(text=b) if isinstance(b, str) else b for b in blocks])
+
+
+def assistant(*blocks: Block | str) -> Message:
+    return Message(role="assistant", content=[TextBlock(text=b) if isinstance(b, str) else b for b in blocks])
+
+
+def parse_message(data: Any) -> Message:
+    """Validate one message from a file or a response; raises ValueError naming the problem."""
+    return Message.model_validate(data)

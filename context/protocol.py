@@ -1,0 +1,173 @@
+"""The request protocol of SPEC §2: validation and repair.
+
+`repair` is written as a fold (`Repairer.push`) so the same code serves two
+uses: repairing a whole recorded log at once, and keeping the repaired view of
+an append-only log up to date one message at a time (`context.history`).
+Only the last message of the view is ever rewritten by a push, so view indices
+are stable and can be referred to by compaction events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from context.messages import Message, TextBlock, ToolResultBlock
+
+INTERRUPTED = (
+    "[baton] This tool call was interrupted before it returned a result, so it did "
+    "not complete. Run it again if you still need its result."
+)
+LEADING_ASSISTANT = "[baton] The conversation log began with an assistant message; this line keeps it valid."
+
+
+class ProtocolError(ValueError):
+    """A request that breaks an invariant of SPEC §2, naming where and which."""
+
+    def __init__(self, index: int, rule: int, detail: str):
+        self.index, self.rule, self.detail = index, rule, detail
+        super().__init__(f"message {index}: rule {rule} broken: {detail}")
+
+
+def _problems(messages: Sequence[Message], allow_pending: bool) -> Iterable[ProtocolError]:
+    if not messages:
+        yield ProtocolError(0, 1, "the request has no messages; it must start with a user message")
+        return
+    if messages[0].role != "user":
+        yield ProtocolError(0, 1, "the first message must have role 'user'")
+    expected: list[str] = []  # tool_use ids the next user message must answer
+    for i, msg in enumerate(messages):
+        if not msg.content:
+            yield ProtocolError(i, 1, "message has empty content")
+        if i and msg.role == messages[i - 1].role:
+            yield ProtocolError(i, 1, f"two '{msg.role}' messages in a row; roles must alternate")
+        if msg.role == "assistant":
+            if expected:
+                yield ProtocolError(i, 2, f"tool_use ids {expected} of message {i - 1} were never answered")
+            expected = [b.id for b in msg.tool_uses]
+            continue
+        answered = [r.tool_use_id for r in msg.tool_results]
+        for rid in answered:
+            if rid not in expected:
+                yield ProtocolError(i, 2, f"tool_result {rid!r} answers no tool_use in the preceding assistant message")
+        missing = [t for t in expected if t not in answered]
+        if missing:
+            yield ProtocolError(i, 2, f"tool_use ids {missing} of message {i - 1} are not answered here")
+        if len(set(answered)) != len(answered):
+            yield ProtocolError(i, 2, "a tool_use id is answered twice")
+        n = len(msg.tool_results)
+        if any(not isinstance(b, ToolResultBlock) for b in msg.content[:n]):
+            yield ProtocolError(i, 2, "tool_result blocks must come before any other block in a user message")
+        expected = []
+    if expected and not allow_pending:
+        yield ProtocolError(len(messages) - 1, 2, f"tool_use ids {expected} at the end are never answered")
+
+
+def problems(messages: Sequence[Message], *, allow_pending: bool = False) -> list[ProtocolError]:
+    """Every broken invariant (rules 1 and 2) in order; empty when the messages are valid."""
+    return list(_problems(messages, allow_pending))
+
+
+def validate(
+    messages: Sequence[Message],
+    *,
+    window: int | None = None,
+    max_tokens: int = 0,
+    estimate: Callable[[Sequence[Message]], int] | None = None,
+    allow_pending: bool = False,
+) -> None:
+    """Raise ProtocolError on the first broken invariant of SPEC §2.
+
+    Rule 3 (the request fits the window) is checked when a window and an
+    estimator are given; `allow_pending` accepts an unanswered tool call at the
+    very end (a log mid-step, not a request).
+    """
+    for problem in _problems(messages, allow_pending):
+        raise problem
+    if window is not None and estimate is not None:
+        total = estimate(messages) + max_tokens
+        if total > window:
+            raise ProtocolError(len(messages) - 1, 3, f"estimated input plus max_tokens is {total}, over the window of {window}")
+
+
+def interrupted_result(tool_use_id: str) -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=tool_use_id, content=INTERRUPTED, is_error=True)
+
+
+def _user_with_results_first(blocks: list) -> Message:
+    results = [b for b in blocks if isinstance(b, ToolResultBlock)]
+    rest = [b for b in blocks if not isinstance(b, ToolResultBlock)]
+    return Message(role="user", content=results + rest)
+
+
+@dataclass
+class Repairer:
+    """Folds messages into a protocol-valid view, one at a time.
+
+    Unchanged messages are kept as the same objects (their cached token counts
+    and serialisations stay valid); only the last view message is ever replaced.
+    """
+
+    view: list[Message] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)  # tool_use ids still unanswered
+
+    def push(self, msg: Message) -> None:
+        if not msg.content:
+            return  # an empty message carries nothing and is invalid in a request
+        if msg.role == "user":
+            self._push_user(msg)
+        else:
+            self._push_assistant(msg)
+
+    def _push_user(self, msg: Message) -> None:
+        kept, changed = [], False
+        for block in msg.content:
+            if isinstance(block, ToolResultBlock):
+                if block.tool_use_id not in self.pending:
+                    changed = True  # orphan or duplicate result: it answers nothing
+                    continue
+                self.pending.remove(block.tool_use_id)
+            kept.append(block)
+        if not kept:
+            return
+        if self.view and self.view[-1].role == "user":
+            self.view[-1] = _user_with_results_first(list(self.view[-1].content) + kept)
+            return
+        first_other = next((i for i, b in enumerate(kept) if not isinstance(b, ToolResultBlock)), len(kept))
+        in_order = all(not isinstance(b, ToolResultBlock) for b in kept[first_other:])
+        self.view.append(msg if not changed and in_order else _user_with_results_first(kept))
+
+    def _push_assistant(self, msg: Message) -> None:
+        self.close_pending()
+        if not self.view:
+            self.view.append(Message(role="user", content=[TextBlock(text=LEADING_ASSISTANT)]))
+        if self.view[-1].role == "assistant":
+            # The previous assistant message has no tool_use (pending is closed), so
+            # appending this one's blocks after it keeps tool_use blocks last.
+            self.view[-1] = Message(role="assistant", content=list(self.view[-1].content) + list(msg.content), usage=msg.usage)
+        else:
+            self.view.append(msg)
+        self.pending = [b.id for b in self.view[-1].tool_uses]
+
+    def close_pending(self) -> None:
+        """Answer every unanswered tool call with an 'interrupted' error result."""
+        if not self.pending:
+            return
+        closing = [interrupted_result(tid) for tid in self.pending]
+        self.pending = []
+        if self.view[-1].role == "user":
+            self.view[-1] = _user_with_results_first(list(self.view[-1].content) + closing)
+        else:
+            self.view.append(Message(role="user", content=closing))
+
+
+def repair(messages: Iterable[Message], *, close_pending: bool = True) -> list[Message]:
+    """A protocol-valid copy of a log: unanswered calls get an 'interrupted'
+    error result, orphan results are dropped, same-role neighbours are merged,
+    empty messages vanish and a leading assistant message gets a user line before it."""
+    fold = Repairer()
+    for msg in messages:
+        fold.push(msg)
+    if close_pending:
+        fold.close_pending()
+    return fold.view
