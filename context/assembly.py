@@ -215,6 +215,8 @@ class Assembler:
     def assemble(self, event: CompactionEvent | None = None) -> Assembled:
         """The request for the next call, given the latest compaction event (if any)."""
         view, pol = self.history.view, self.policy
+        if not view:
+            raise ValueError("nothing to send: the agent's log is empty; append its opening user message first")
         self.forget_tail(max(0, len(view) - 1))  # the last view message may have been merged since
         base = event.kept_from if event else 0
         head: list[Message] = list(event.messages) if event else []

@@ -1,0 +1,65 @@
+"""Shared test data: hypothesis strategies for messy agent logs, and the recorded trajectories."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from hypothesis import strategies as st
+
+from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, parse_message
+
+TRAJECTORIES = Path(__file__).resolve().parents[2] / "shared" / "trajectories"
+TOOLS = ["Read", "Bash", "Grep", "LS", "Edit", "Write", "TodoWrite", "lookup"]
+
+
+def load_trajectories(name: str) -> list[dict]:
+    with gzip.open(TRAJECTORIES / f"{name}.jsonl.gz", "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def trajectory_messages(run: dict) -> list[Message]:
+    return [parse_message(m) for m in run["messages"]]
+
+
+words = st.text(alphabet="abcdefghij klmnop/._-0123456789\n", min_size=1, max_size=60)
+
+
+@st.composite
+def messy_log(draw, max_events: int = 40) -> list[Message]:
+    """A log as real agents leave them: rounds, parallel tool calls, interrupted
+    calls, orphan results, same-role neighbours, empty messages."""
+    msgs: list[Message] = []
+    counter = 0
+    for _ in range(draw(st.integers(1, max_events))):
+        kind = draw(st.sampled_from(["round", "step", "step", "step", "step", "orphan", "dup_user", "dup_assistant", "empty"]))
+        if kind == "round":
+            msgs.append(Message(role="user", content=[TextBlock(text=draw(words))]))
+        elif kind == "step":
+            n_calls = draw(st.integers(0, 3))
+            uses = []
+            for _ in range(n_calls):
+                counter += 1
+                name = draw(st.sampled_from(TOOLS))
+                uses.append(ToolUseBlock(id=f"toolu_{counter:05d}", name=name, input={"path": f"src/f{counter}.py", "command": "ls"}))
+            text = [TextBlock(text=draw(words))] if draw(st.booleans()) or not uses else []
+            msgs.append(Message(role="assistant", content=text + uses))
+            answered = [u for u in uses if draw(st.integers(0, 9)) > 0]  # ~10% interrupted
+            if answered:
+                results = [
+                    ToolResultBlock(tool_use_id=u.id, content=draw(words) * draw(st.integers(1, 30)), is_error=draw(st.booleans()))
+                    for u in answered
+                ]
+                if draw(st.booleans()):
+                    results.reverse()
+                msgs.append(Message(role="user", content=results))
+        elif kind == "orphan":
+            msgs.append(Message(role="user", content=[ToolResultBlock(tool_use_id="toolu_ghost", content="lost")]))
+        elif kind == "dup_user":
+            msgs.append(Message(role="user", content=[TextBlock(text="also: " + draw(words))]))
+        elif kind == "dup_assistant":
+            msgs.append(Message(role="assistant", content=[TextBlock(text="note " + draw(words))]))
+        else:
+            msgs.append(Message(role=draw(st.sampled_from(["user", "assistant"])), content=[]))
+    return msgs

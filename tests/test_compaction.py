@@ -1,0 +1,165 @@
+import json
+
+import pytest
+
+from context.assembly import Assembler, Policy
+from context.compaction import (
+    CircuitBreaker,
+    KnownFacts,
+    SummaryError,
+    SummaryReply,
+    compact,
+    parse_summary,
+    summary_request,
+)
+from context.history import History
+from context.messages import ToolUseBlock, Usage, assistant, user
+from context.protocol import validate
+from tests.test_assembly import run_log, step
+
+EXECUTE = {
+    "generated_components": {"tools": ["tools/refunds.py"], "checkers": ["checkers/c.py"], "samples": 12},
+    "evaluation_progress": {"current_iteration": 1, "success_rate": 0.5, "layer_status": {"L2": 3}},
+    "identified_issues": {"layer2_problems": ["x"], "layer3_problems": [], "fix_attempts": []},
+    "pending_work": ["rerun"],
+    "key_paths": {"execution_output_dir": "execution_outputs/iteration_1"},
+}
+INIT = {
+    "current_design_summary": {"unified_scenario_design": "d", "business_rules_key_points": ["r"], "format_specifications": "f"},
+    "execute_feedback_summary": {"execution_output_dir": None, "total_failure_samples": 0, "layer1_problems_summary": []},
+    "analysis_conclusions": [],
+    "pending_actions": [],
+    "key_paths": {"design": "design/scenario.md"},
+}
+
+
+def tagged(data) -> str:
+    return f"Here it is.\n<compact_summary>{json.dumps(data)}</compact_summary>"
+
+
+def test_parse_valid_summaries_for_both_roles():
+    assert parse_summary(tagged(EXECUTE), "execute")["pending_work"] == ["rerun"]
+    assert parse_summary(tagged(INIT), "init")["key_paths"]["design"] == "design/scenario.md"
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("no tag at all", "no <compact_summary>"),
+        ("<compact_summary>{not json</compact_summary>", "not valid JSON"),
+        ("<compact_summary>[1, 2]</compact_summary>", "JSON object"),
+        (tagged({k: v for k, v in EXECUTE.items() if k != "pending_work"}), "pending_work"),
+        (tagged({**EXECUTE, "evaluation_progress": {"current_iteration": "one", "success_rate": 1, "layer_status": {}}}), "current_iteration"),
+    ],
+)
+def test_unusable_summaries_say_what_is_wrong(text, words):
+    with pytest.raises(SummaryError, match=words):
+        parse_summary(text, "execute")
+
+
+def test_summary_request_appends_prompt_to_the_last_user_message():
+    h = run_log(3)
+    msgs = summary_request(Assembler(h, Policy()).assemble(), "Summarise now.")
+    validate(msgs)
+    assert msgs[-1].text.endswith("Summarise now.") and msgs[-1].tool_results
+
+
+def make(keep=2):
+    h = run_log(8)
+    return h, Assembler(h, Policy(keep_last_steps=keep), agent="execute")
+
+
+def test_model_summary_used_and_retry_after_invalid_answer():
+    h, asm = make()
+    seen = []
+
+    def call(messages, timeout):
+        seen.append(messages)
+        return SummaryReply(text="oops" if len(seen) == 1 else tagged(EXECUTE), usage=Usage(input_tokens=10, output_tokens=5))
+
+    breaker = CircuitBreaker()
+    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=call, breaker=breaker)
+    assert not ev.fallback and ev.summary["pending_work"] == ["rerun"]
+    assert len(seen) == 2 and "not usable" in seen[1][-1].text  # the retry carried the error back
+    assert ev.usage.output_tokens == 5 and breaker.consecutive_failures == 0
+    validate(asm.assemble(ev).messages)
+
+
+def test_fallback_after_two_invalid_answers_and_on_model_error():
+    h, asm = make()
+    breaker = CircuitBreaker()
+    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text="bad"), breaker=breaker,
+                 facts=KnownFacts(scenario="refunds", iteration=2, execution_output_dir="execution_outputs/iteration_2"))
+    assert ev.fallback and ev.summary["fallback"] is True and "no <compact_summary>" in ev.error
+    assert ev.summary["key_paths"]["execution_output_dir"] == "execution_outputs/iteration_2"
+    assert ev.summary["scenario"] == "refunds" and ev.summary["evaluation_progress"]["current_iteration"] == 2
+    parse_summary(tagged(ev.summary), "execute")  # the fallback satisfies the schema too
+
+    def down(m, t):
+        raise TimeoutError("no answer in 120 s")
+
+    ev2 = compact(role="execute", assembler=asm, previous=ev, prompt="P", call=down, breaker=breaker)
+    assert ev2.fallback and "TimeoutError" in ev2.error and ev2.id == 2
+
+
+def test_circuit_breaker_stops_calling_after_three_failures():
+    h, asm = make()
+    breaker, calls = CircuitBreaker(), []
+
+    def down(m, t):
+        calls.append(1)
+        raise ConnectionError("overloaded")
+
+    ev = None
+    for _ in range(5):
+        ev = compact(role="execute", assembler=asm, previous=ev, prompt="P", call=down, breaker=breaker)
+    assert len(calls) == 3 and breaker.open and "off for this session" in breaker.status
+    assert ev.fallback and "off for this session" in ev.error
+
+
+def test_fallback_summary_collects_what_baton_knows():
+    h = History(redact=False)
+    h.append(user("build it"))
+    h.append(assistant(ToolUseBlock(id="w1", name="Write", input={"file_path": "execution_outputs/iteration_1/tools/refunds.py", "content": "x"})))
+    h.append(user(step(0)[1].content[0].model_copy(update={"tool_use_id": "w1"})))
+    h.append(assistant("Wrote the tools.", ToolUseBlock(id="t1", name="TodoWrite", input={"todos": [{"content": "write checkers", "status": "pending"}, {"content": "tools", "status": "completed"}]})))
+    h.append(user(step(0)[1].content[0].model_copy(update={"tool_use_id": "t1"})))
+    for i in range(1, 4):
+        for m in step(i):
+            h.append(m)
+    asm = Assembler(h, Policy(keep_last_steps=2), agent="execute")
+    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=None, breaker=CircuitBreaker())
+    s = ev.summary
+    assert s["generated_components"]["tools"] == ["execution_outputs/iteration_1/tools/refunds.py"]
+    assert s["pending_work"] == ["write checkers"]
+    assert s["last_assistant_text"].startswith("step 1") or "Wrote the tools." in s["last_assistant_text"]
+    assert any("state/execute/tool_results/w1.txt" in r for r in s["recent_tool_results"])
+
+
+def test_key_paths_carry_forward_across_compactions():
+    h, asm = make()
+    first = compact(role="init", assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text=tagged(INIT)), breaker=CircuitBreaker())
+    later = {**INIT, "key_paths": {"report": "execution_outputs/iteration_1/report.json"}}
+    for m in step(50):
+        h.append(m)
+    second = compact(role="init", assembler=asm, previous=first, prompt="P", call=lambda m, t: SummaryReply(text=tagged(later)), breaker=CircuitBreaker())
+    assert second.summary["key_paths"] == {"design": "design/scenario.md", "report": "execution_outputs/iteration_1/report.json"}
+    # the second summary request started from the first summary
+    assert "<compact_summary>" in asm.assemble(first).messages[1].text
+
+
+def test_secrets_in_a_summary_are_redacted():
+    h, asm = make()
+    leaky = {**EXECUTE, "pending_work": ["use key sk-ant-api03-" + "a" * 40]}
+    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text=tagged(leaky)), breaker=CircuitBreaker())
+    assert "sk-ant" not in json.dumps(ev.summary) and "<REDACTED>" in ev.summary["pending_work"][0]
+
+
+def test_event_records_range_tokens_and_duration():
+    h, asm = make(keep=3)
+    ticks = iter([10.0, 12.5])
+    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=None, breaker=CircuitBreaker(), clock=lambda: next(ticks))
+    assert ev.kept_from == h.steps_in(0)[-3] and ev.kept_until == len(h)
+    assert ev.duration_s == 2.5 and ev.tokens_before > ev.tokens_after > 0
+    again = type(ev).model_validate_json(ev.model_dump_json())
+    assert again == ev
