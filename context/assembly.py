@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from context.compression import archive_ref, cap_result, compress_result
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from context.tokens import count_text
+from context.tokens import TokenEstimator, count_text
 
 BRIDGE = (
     "[baton] The conversation above was compacted: the summary stands for everything "
@@ -147,10 +147,6 @@ class ContextOverflow(RuntimeError):
     """Even after emergency trimming the request does not fit the window."""
 
 
-def _default_estimate(raw_tokens: int, n_messages: int, n_blocks: int) -> int:
-    return round(raw_tokens * 1.19) + 4 * n_messages
-
-
 @dataclass
 class Assembler:
     """Assembles requests for one agent; keeps per-agent caches between calls."""
@@ -159,7 +155,7 @@ class Assembler:
     policy: Policy
     agent: str = "agent"
     static: StaticPrefix = field(default_factory=StaticPrefix)
-    estimator: TokenEstimate | None = None
+    estimator: TokenEstimate = field(default_factory=TokenEstimator)
     _compressed: dict[int, Message] = field(default_factory=dict, repr=False)
     _capped: dict[tuple[int, int], Message] = field(default_factory=dict, repr=False)
     _prefix_key: tuple | None = field(default=None, repr=False)
@@ -302,7 +298,7 @@ class Assembler:
         breakpoints = sorted({i for i in (stable_end, len(out) - 1) if i >= 0})
         raw = sum(layers.values())
         n_blocks = sum(len(m.content) for m in out)
-        estimate = (self.estimator.estimate_raw if self.estimator else _default_estimate)(raw, len(out), n_blocks)
+        estimate = self.estimator.estimate_raw(raw, len(out), n_blocks)
         return Assembled(
             out, breakpoints, layers, estimate,
             compressed_steps=n_compressed + n_trim, verbatim_steps=len(verbatim) - n_trim,
