@@ -249,3 +249,19 @@ def test_messages_from_odd_tool_results():
 def test_empty_log_gives_a_clear_error():
     with pytest.raises(ValueError, match="log is empty"):
         Assembler(History(), policy()).assemble()
+
+
+def test_a_50_mb_tool_result_is_cut_in_the_request_and_kept_whole_in_the_log():
+    huge = ("log line with a value 12345\n" * 2_000_000)[: 50 * 1024 * 1024]
+    h = History()  # with redaction, as agents use it
+    h.append(user("go"))
+    h.append(assistant(ToolUseBlock(id="big", name="Bash", input={"command": "cat huge.log"})))
+    h.append(user(ToolResultBlock(tool_use_id="big", content=huge)))
+    asm = Assembler(h, Policy(), agent="execute")
+    a = asm.assemble()
+    validate(a.messages)
+    sent = a.messages[-1].tool_results[0].text
+    assert len(sent) < 50_000 and "state/execute/tool_results/big.txt" in sent
+    assert h.view[-1].tool_results[0].text == huge  # the log keeps everything
+    event = compact(role="execute", assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+    validate(asm.assemble(event).messages)
