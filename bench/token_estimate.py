@@ -1,6 +1,6 @@
 """How well do token estimates predict Claude's own count? Measured on real Claude Code sessions.
 
-Run: ``.venv/bin/python bench/token_estimate.py [--data DIR]`` (DIR holds
+Run: ``.venv/bin/python bench/token_estimate.py [--data DIR] [--worst N]`` (DIR holds
 ``claude-code.jsonl.gz``; default ``../shared/trajectories`` from the project
 root). ``measure(path)`` returns the numbers as a dict.
 
@@ -25,6 +25,24 @@ in for the framing); a fixed 1.19 x cl100k; the calibrated ``TokenEstimator``
 learning online (a fresh one per session, predicting each pair before it
 observes that call's usage: no peeking); and the same estimator started from a
 cold prior with no overheads, to show what the online learning alone does.
+
+``--worst N`` lists the N pairs with the largest calibrated total error and
+their shape (which roles and tools the span holds, raw tokens per role): what
+drives the tail. On the recorded sessions that is
+
+* assistant turns that cost hundreds to thousands of tokens more than their
+  visible content (a short text + Edit/Write), most likely thinking the log
+  lost: the same kind of turn without the extra costs ~1.2-1.3x cl100k;
+* pre-commit hook failures (tool results ending "[Output truncated: showing 30
+  of N lines] ... Fix these issues before committing."), charged ~2.4x their
+  cl100k count whatever N, and one Task + Skill turn charged 4x: content the
+  model read that the log does not hold;
+* large file reads, which Claude counts at ~1.1x cl100k while the JSON of tool
+  calls is ~1.3x: a single factor over-estimates the former.
+
+The first two are not predictable from the log, so the estimator down-weights
+them (Huber) instead of letting them drag its coefficients; the third is what
+its separate assistant and user factors are for.
 """
 
 from __future__ import annotations
@@ -42,7 +60,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from context.messages import Message, parse_message  # noqa: E402
-from context.tokens import TokenEstimator, message_counts, usage_total  # noqa: E402
+from context.tokens import TokenEstimator, message_counts, split_counts, usage_total  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "trajectories"
 FILE_NAME = "claude-code.jsonl.gz"
@@ -111,9 +129,30 @@ def _stats(errors: list[float]) -> dict[str, float]:
     return {"median": statistics.median(s), "p90": p90}
 
 
-def measure(path: str | Path | None = None) -> dict[str, Any]:
-    """Run the measurement on ``path`` (a claude-code .jsonl.gz or a directory holding it)."""
+LEARNED = ("factor", "assistant_factor", "user_factor", "per_message", "per_block")
+
+
+def _learned(est: TokenEstimator) -> dict[str, float]:
+    return {k: round(getattr(est, k), 3) for k in LEARNED}
+
+
+def _shape(span: list[Message]) -> str:
+    """Compact description of a span: role letter and block kinds (tool names for tool calls)."""
+    parts = []
+    for m in span:
+        kinds = [f"tool_use:{b.name}" if b.type == "tool_use" else b.type for b in m.content]
+        parts.append(f"{m.role[0].upper()}[{','.join(kinds)}]")
+    return " ".join(parts)
+
+
+def measure(path: str | Path | None = None, worst: int = 15) -> dict[str, Any]:
+    """Run the measurement on ``path`` (a claude-code .jsonl.gz or a directory holding it).
+
+    ``worst``: how many of the pairs with the largest calibrated total error to
+    describe in ``result["worst"]``.
+    """
     file = _resolve(path)
+    tail: list[dict[str, Any]] = []
     span_err: dict[str, list[float]] = {k: [] for k, _ in METHODS}
     total_err: dict[str, list[float]] = {k: [] for k, _ in METHODS}
     sessions = []
@@ -146,6 +185,7 @@ def measure(path: str | Path | None = None) -> dict[str, Any]:
                         span = messages[i0:i1]
                         delta = t1 - t0
                         raw, _, _ = message_counts(span)
+                        assistant_raw = split_counts(span)[3]
                         guesses = {
                             "raw": raw,
                             "chars3": sum(_content_chars(m) for m in span) / 3,
@@ -159,6 +199,21 @@ def measure(path: str | Path | None = None) -> dict[str, Any]:
                         for k, g in guesses.items():
                             span_err[k].append(abs(g - delta) / delta)
                             total_err[k].append(abs(t0 + g - t1) / t1)
+                        g = guesses["calibrated"]
+                        tail.append(
+                            {
+                                "session": run.get("id"),
+                                "messages": [i0, i1],
+                                "total": t1,
+                                "delta": delta,
+                                "estimate": g,
+                                "error_tokens": g - delta,
+                                "total_error": abs(t0 + g - t1) / t1,
+                                "assistant_raw": assistant_raw,
+                                "user_raw": raw - assistant_raw,
+                                "shape": _shape(span),
+                            }
+                        )
                 # Only now does the estimator see call k's real usage.
                 est.observe(usage, messages[:i1])
                 cold.observe(usage, messages[:i1])
@@ -168,8 +223,8 @@ def measure(path: str | Path | None = None) -> dict[str, Any]:
                     "id": run.get("id"),
                     "calls": len(calls),
                     "pairs": pairs,
-                    "learned": {k: round(getattr(est, k), 3) for k in ("factor", "per_message", "per_block")},
-                    "learned_cold": {k: round(getattr(cold, k), 3) for k in ("factor", "per_message", "per_block")},
+                    "learned": _learned(est),
+                    "learned_cold": _learned(cold),
                 }
             )
     return {
@@ -180,10 +235,11 @@ def measure(path: str | Path | None = None) -> dict[str, Any]:
         "span": {k: _stats(v) for k, v in span_err.items()},
         "total": {k: _stats(v) for k, v in total_err.items()},
         "labels": dict(METHODS),
+        "worst": sorted(tail, key=lambda p: -p["total_error"])[: max(worst, 0)],
     }
 
 
-def format_table(result: dict[str, Any]) -> str:
+def format_table(result: dict[str, Any], worst: int = 0) -> str:
     lines = [
         f"data: {result['data']}",
         f"pairs: {result['pairs']} (skipped: {result['skipped']})",
@@ -203,6 +259,15 @@ def format_table(result: dict[str, Any]) -> str:
             f"{s['id']}: {s['calls']} calls, {s['pairs']} pairs; learned {s['learned']}; "
             f"cold start learned {s['learned_cold']}"
         )
+    if worst > 0:
+        lines += ["", f"worst {worst} pairs by calibrated total error (error = estimate - real delta):"]
+        for p in result["worst"][:worst]:
+            i0, i1 = p["messages"]
+            lines.append(
+                f"  {p['total_error']:6.2%}  error {p['error_tokens']:+6d} of delta {p['delta']:6d} "
+                f"(total {p['total']:,}); raw assistant {p['assistant_raw']}, user {p['user_raw']}; "
+                f"{p['session']} [{i0}:{i1}] {p['shape']}"
+            )
     return "\n".join(lines)
 
 
@@ -210,9 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=None, help=f"directory holding {FILE_NAME} (or the file itself)")
     ap.add_argument("--json", action="store_true", help="print the result dict as JSON")
+    ap.add_argument("--worst", type=int, default=0, metavar="N",
+                    help="also list the N pairs with the largest calibrated total error")
     args = ap.parse_args(argv)
-    result = measure(args.data)
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    result = measure(args.data, worst=max(args.worst, 15))
+    print(json.dumps(result, indent=2) if args.json else format_table(result, worst=args.worst))
     return 0
 
 
