@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from context.compression import archive_ref, cap_result, compress_result
+from context.compression import archive_ref, cap_result, compress_call, compress_result
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from context.tokens import TokenEstimator, count_text
@@ -47,7 +47,7 @@ class Policy(BaseModel):
     max_tokens: int = Field(8_192, gt=0, description="output reserved in the window (rule 3)")
     result_cap_chars: int = Field(40_000, gt=0, description="verbatim results over this are cut to head + tail")
     kept_cap_chars: int = Field(5_000, gt=0, description="cap for results of steps kept by a compaction")
-    read_lines: int = Field(20, ge=0, description="lines of an older Read result kept in its compressed form")
+    read_lines: int = Field(10, ge=0, description="lines of an older Read result kept in its compressed form")
     min_verbatim_steps: int = Field(2, ge=1, description="emergency trim never goes below this")
 
     @model_validator(mode="after")
@@ -108,7 +108,10 @@ class StaticPrefix(BaseModel):
 @dataclass
 class Assembled:
     messages: list[Message]
-    breakpoints: list[int]  # indices of messages whose last block gets cache_control
+    # Indices of messages whose last block gets cache_control: the end of the
+    # previous stable prefix (so a batch move still reads the cache written before
+    # it, whatever the 20-block lookback), the end of this stable prefix, the last message.
+    breakpoints: list[int]
     layers: dict[str, int]  # raw tokens per layer
     estimated_input: int  # calibrated, system and tools included
     compressed_steps: int
@@ -121,11 +124,15 @@ class Assembled:
         return sum(self.layers.values())
 
     def to_request(self, static: StaticPrefix, *, model: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
-        """The Messages API body, with cache breakpoints on the system prompt,
-        the tool list and the marked messages (4 at most, as the API allows)."""
+        """The Messages API body with cache breakpoints (4 at most, as the API allows).
+
+        The prefix order is tools, system, messages, so a breakpoint on the system
+        prompt caches the tools too; the tool list gets its own only when there is
+        no system prompt. That leaves three for messages (see `Assembled.breakpoints`).
+        """
         ephemeral = {"type": "ephemeral"}
         tools = [dict(t) for t in static.tools]
-        if tools:
+        if tools and not static.system:
             tools[-1]["cache_control"] = ephemeral
         msgs = []
         for i, m in enumerate(self.messages):
@@ -141,6 +148,18 @@ class Assembled:
         if tools:
             request["tools"] = tools
         return request | extra
+
+
+def kept_from(history: History, base: int, keep_steps: int) -> int:
+    """Where a compaction's verbatim part starts: the N-th last step since `base`.
+    If a round opened right before it, that opening message is kept too (it is the task)."""
+    steps = history.steps_in(base)
+    if not steps:
+        return base
+    start = steps[max(0, len(steps) - keep_steps)]
+    if start > base and history.rounds_in(start - 1, start):
+        start -= 1
+    return start
 
 
 class ContextOverflow(RuntimeError):
@@ -163,22 +182,24 @@ class Assembler:
 
     # ---- per-message variants, computed once -------------------------------------
 
-    def _tool_uses(self, results_index: int) -> dict[str, ToolUseBlock]:
-        return {t.id: t for t in self.history.view[results_index - 1].tool_uses}
-
     def compressed(self, index: int) -> Message:
-        """view[index] (a results message) with every tool result compressed."""
+        """view[index] as an older step shows it: tool results compressed (with an
+        archive reference) or, for the assistant message, bulky call inputs cut."""
         msg = self._compressed.get(index)
         if msg is None:
             src = self.history.view[index]
-            uses = self._tool_uses(index)
-            blocks = [
-                compress_result(uses.get(b.tool_use_id), b, archive_ref(self.agent, b.tool_use_id), read_lines=self.policy.read_lines)
-                if isinstance(b, ToolResultBlock)
-                else b
-                for b in src.content
-            ]
-            msg = src if all(a is b for a, b in zip(blocks, src.content)) else Message(role="user", content=blocks)
+            if src.role == "assistant":
+                blocks = [compress_call(b) if isinstance(b, ToolUseBlock) else b for b in src.content]
+            else:
+                uses = {t.id: t for t in self.history.view[index - 1].tool_uses}
+                blocks = [
+                    compress_result(uses.get(b.tool_use_id), b, archive_ref(self.agent, b.tool_use_id), read_lines=self.policy.read_lines)
+                    if isinstance(b, ToolResultBlock)
+                    else b
+                    for b in src.content
+                ]
+            same = all(a is b for a, b in zip(blocks, src.content))
+            msg = src if same else Message(role=src.role, content=blocks)
             self._compressed[index] = msg
         return msg
 
@@ -206,6 +227,13 @@ class Assembler:
         for k in [k for k in self._capped if k[0] >= index]:
             del self._capped[k]
 
+    def should_compact(self, assembled: Assembled, event: CompactionEvent | None) -> bool:
+        """The trigger of SPEC §4: over the threshold, and a compaction would cover
+        something new. When the kept steps alone are over it, compacting again
+        cannot help: assembly's emergency trim keeps the request inside the window."""
+        base = event.kept_from if event else 0
+        return assembled.estimated_input > self.policy.threshold and kept_from(self.history, base, self.policy.keep_last_steps) > base
+
     # ---- assembly ----------------------------------------------------------------
 
     def assemble(self, event: CompactionEvent | None = None) -> Assembled:
@@ -229,15 +257,15 @@ class Assembler:
         n_compressed = max(0, (len(steps) - pol.keep_last_steps) // pol.batch * pol.batch) if managed else 0
         cap_until = event.kept_until if event else 0
 
-        prefix, layers = self._stable_prefix(event, head, starts, steps[:n_compressed], managed, cap_until)
+        prefix, layers, previous_end = self._stable_prefix(event, head, starts, steps[:n_compressed], managed, cap_until)
         verbatim = steps[n_compressed:]
-        assembled = self._build(prefix, layers, verbatim, cap_until, n_compressed=n_compressed, n_trim=0, managed=managed)
+        assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_trim=0, managed=managed)
         n_trim = 0
         while self._over_window(assembled) and len(verbatim) - n_trim > pol.min_verbatim_steps:
             n_trim += 1  # emergency: compress the oldest verbatim step's results
-            assembled = self._build(prefix, layers, verbatim, cap_until, n_compressed=n_compressed, n_trim=n_trim, managed=managed)
+            assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_trim=n_trim, managed=managed)
         if self._over_window(assembled):
-            assembled = self._build(prefix, layers, verbatim, cap_until, n_compressed=n_compressed, n_trim=n_trim, managed=managed, hard_cap=True)
+            assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_trim=n_trim, managed=managed, hard_cap=True)
         if self._over_window(assembled):
             raise ContextOverflow(
                 f"the request needs ~{assembled.estimated_input} input tokens plus {pol.max_tokens} output, "
@@ -249,7 +277,7 @@ class Assembler:
     def _step(self, s: int, cap_until: int, compress: bool = False, hard_cap: bool = False) -> list[Message]:
         """A step's messages: the assistant message, then its results (compressed or capped)."""
         end = self.history.step_end(s)
-        msgs = [self.history.view[s]]
+        msgs = [self.compressed(s) if compress else self.history.view[s]]
         if end == s + 2:
             if compress:
                 msgs.append(self.compressed(s + 1))
@@ -279,15 +307,18 @@ class Assembler:
             if view[current].role == "user":
                 msgs.append(view[current])  # the current round's opening message
                 layers["earlier_rounds"] += view[current].tokens
-            for s in compressed_steps:
+            batch_ends = [len(msgs) - 1]
+            for k, s in enumerate(compressed_steps, 1):
                 part = self._step(s, cap_until, compress=True)
                 msgs += part
                 layers["compressed"] += sum(m.tokens for m in part)
-            self._prefix_key, self._prefix = key, (msgs, layers)
-        msgs, layers = self._prefix
-        return msgs, layers
+                if k % self.policy.batch == 0:
+                    batch_ends.append(len(msgs) - 1)
+            previous_end = batch_ends[-2] if len(batch_ends) > 1 else -1
+            self._prefix_key, self._prefix = key, (msgs, layers, previous_end)
+        return self._prefix
 
-    def _build(self, prefix, layers, verbatim, cap_until, *, n_compressed: int, n_trim: int, managed: bool, hard_cap: bool = False) -> Assembled:
+    def _build(self, prefix, layers, verbatim, cap_until, *, previous_end: int, n_compressed: int, n_trim: int, managed: bool, hard_cap: bool = False) -> Assembled:
         out = list(prefix)
         stable_end = len(out) - 1
         layers = {"system_and_tools": self.static.tokens, **layers, "verbatim": 0}
@@ -295,7 +326,7 @@ class Assembler:
             part = self._step(s, cap_until, compress=k < n_trim, hard_cap=hard_cap)
             out += part
             layers["compressed" if k < n_trim else "verbatim"] += sum(m.tokens for m in part)
-        breakpoints = sorted({i for i in (stable_end, len(out) - 1) if i >= 0})
+        breakpoints = sorted({i for i in (previous_end, stable_end, len(out) - 1) if i >= 0})
         raw = sum(layers.values())
         n_blocks = sum(len(m.content) for m in out)
         estimate = self.estimator.estimate_raw(raw, len(out), n_blocks)

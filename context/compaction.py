@@ -17,7 +17,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from context.assembly import Assembled, Assembler, CompactionEvent
+from context.assembly import Assembled, Assembler, CompactionEvent, kept_from
 from context.compression import archive_ref
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, Usage
@@ -252,18 +252,6 @@ class SummaryReply(BaseModel):
 
 SummaryCall = Callable[[list[Message], float], SummaryReply]
 """(request messages, timeout in seconds) -> reply. Raise on any model error or timeout."""
-
-
-def kept_from(history: History, base: int, keep_steps: int) -> int:
-    """Where the verbatim part starts: the N-th last step since `base`. If a round
-    opened right before it, that opening message is kept too (it is the task)."""
-    steps = history.steps_in(base)
-    if not steps:
-        return base
-    start = steps[max(0, len(steps) - keep_steps)]
-    if start > base and history.view[start - 1].role == "user" and start - 1 in history.rounds_in(start - 1, start):
-        start -= 1
-    return start
 
 
 def summary_request(assembled: Assembled, prompt: str) -> list[Message]:

@@ -35,7 +35,10 @@ HEAD_CHARS = 1000
 TAIL_CHARS = 1000
 # Single lines can be megabytes (minified files, one-line JSON): every line
 # quoted in a compressed form is clipped so the form stays small.
-LINE_CHARS = 300
+LINE_CHARS = 200
+# Lines of an older command's output kept at each end: the start says what ran,
+# the end says how it finished (test summaries, errors); the archive has the rest.
+SUMMARY_LINES = 5
 # Identifiers echoed from the tool input (a heredoc command can be huge; the
 # full input is still in the assistant's tool_use block).
 HEADER_CHARS = 300
@@ -224,6 +227,30 @@ def cap_result(
     )
     new_text = text[:head] + marker + (text[len(text) - tail :] if tail > 0 else "")
     return ToolResultBlock(tool_use_id=result.tool_use_id, content=new_text, is_error=result.is_error)
+
+
+def compress_call(tool_use: ToolUseBlock, *, cap_chars: int = 240, head: int = 120) -> ToolUseBlock:
+    """An older tool call with bulky string inputs (a Write's content, an Edit's
+    strings, a heredoc) cut to their first `head` characters.
+
+    The call keeps its id, name and every short argument (paths, patterns), so
+    the agent still sees what it did; the full call stays in the agent's log,
+    and what a Write or Edit produced is in the file itself.
+    """
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, str) and len(value) > cap_chars:
+            return value[:head] + f"\n[... {len(value) - head} more characters of this input not shown; the full call is in the agent log]"
+        if isinstance(value, list):
+            return [cut(v) for v in value]
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in value.items()}
+        return value
+
+    new_input = cut(tool_use.input)
+    if new_input == tool_use.input:
+        return tool_use
+    return ToolUseBlock(id=tool_use.id, name=tool_use.name, input=new_input)
 
 
 # --------------------------------------------------------------------------
@@ -533,17 +560,17 @@ def _bash_form(command: str, status: str, stdout: str, label: str, stderr: str) 
 
 
 def _summary(text: str, label: str) -> list[str]:
-    """All lines when at most 20, else the first 10 and the last 10."""
-    n = _count_lines(text)
+    """All lines when at most 2 x SUMMARY_LINES, else that many first and last lines."""
+    n, k = _count_lines(text), SUMMARY_LINES
     if n == 0:
         return [f"{label}: (empty)"]
-    if n <= 20:
-        return [f"{label} ({n} lines):", *_head_lines(text, 20)]
+    if n <= 2 * k:
+        return [f"{label} ({n} lines):", *_head_lines(text, 2 * k)]
     return [
-        f"{label} ({n} lines, first 10 and last 10):",
-        *_head_lines(text, 10),
-        f"... ({n - 20} lines omitted) ...",
-        *_tail_lines(text, 10),
+        f"{label} ({n} lines, first {k} and last {k}):",
+        *_head_lines(text, k),
+        f"... ({n - 2 * k} lines omitted) ...",
+        *_tail_lines(text, k),
     ]
 
 

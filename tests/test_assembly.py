@@ -107,7 +107,7 @@ def test_breakpoints_mark_stable_prefix_and_last_message():
     req = a.to_request(StaticPrefix(system="sys", tools=[{"name": "Bash", "input_schema": {}}]), model="m", max_tokens=100)
     marked = [i for i, m in enumerate(req["messages"]) if "cache_control" in m["content"][-1]]
     assert marked == a.breakpoints
-    assert req["system"][0]["cache_control"] and req["tools"][-1]["cache_control"]
+    assert req["system"][0]["cache_control"] and "cache_control" not in req["tools"][-1]
     assert "cache_control" not in h.view[-1].api["content"][-1]  # cached forms untouched
 
 
@@ -265,3 +265,50 @@ def test_a_50_mb_tool_result_is_cut_in_the_request_and_kept_whole_in_the_log():
     assert h.view[-1].tool_results[0].text == huge  # the log keeps everything
     event = compact(role="execute", assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
     validate(asm.assemble(event).messages)
+
+
+def test_no_compaction_when_it_would_cover_nothing_new():
+    h = History(redact=False)
+    h.append(user("Fix the bug."))
+    h.append(assistant("Thinking aloud. " * 6000))  # a looping model answer, over the threshold alone
+    h.append(user("Please use a tool."))
+    for i in range(3):
+        for m in step(i):
+            h.append(m)
+    asm = Assembler(h, Policy(window=40_000, threshold=10_000, keep_last_steps=5), agent="execute")
+    first = asm.assemble()
+    assert first.estimated_input > 10_000 and not asm.should_compact(first, None)
+    for i in range(3, 8):
+        for m in step(i):
+            h.append(m)
+    assert asm.should_compact(asm.assemble(), None)  # now the long answer can be summarised away
+    ev = compact(role="execute", assembler=asm, previous=None, prompt="S", call=None, breaker=CircuitBreaker())
+    after = asm.assemble(ev)
+    assert after.estimated_input < 10_000 and not asm.should_compact(after, ev)
+
+
+def test_older_calls_keep_short_arguments_and_cut_bulky_ones():
+    h = History(redact=False)
+    h.append(user("write it"))
+    big = "def f():\n    return 1\n" * 500
+    h.append(assistant(ToolUseBlock(id="w", name="Write", input={"file_path": "src/app.py", "content": big})))
+    h.append(user(ToolResultBlock(tool_use_id="w", content="File created successfully at: src/app.py")))
+    for i in range(1, 6):
+        for m in step(i):
+            h.append(m)
+    a = Assembler(h, policy()).assemble()
+    call = a.messages[1].tool_uses[0]
+    assert call.input["file_path"] == "src/app.py" and len(call.input["content"]) < 500
+    assert "full call is in the agent log" in call.input["content"]
+    assert h.view[1].tool_uses[0].input["content"] == big
+
+
+def test_breakpoints_include_the_previous_batch_end():
+    h = run_log(14)
+    a = Assembler(h, policy(batch=5, keep_last_steps=3)).assemble()
+    assert a.compressed_steps == 10 and len(a.breakpoints) == 3
+    prev, stable, last = a.breakpoints
+    assert stable - prev == 10 and last == len(a.messages) - 1
+    req = a.to_request(StaticPrefix(system="s", tools=[{"name": "t"}]), model="m", max_tokens=1)
+    marks = sum("cache_control" in m["content"][-1] for m in req["messages"]) + 1 + ("cache_control" in req["tools"][-1])
+    assert marks <= 4

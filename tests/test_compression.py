@@ -81,9 +81,9 @@ def test_json_bash_summarises_stdout_and_keeps_stderr_tail():
     out = squeeze(use("Bash", command="pytest -q"), res(envelope(data.model_dump())))
     text = out.text
     assert text.startswith("$ pytest -q\nexit code: 1\n")
-    assert "stdout (100 lines, first 10 and last 10)" in text
-    assert "out 10\n" in text and "out 11\n" not in text and "out 91\n" in text and "out 100\n" in text
-    assert "... (80 lines omitted) ..." in text
+    assert "stdout (100 lines, first 5 and last 5)" in text
+    assert "out 5\n" in text and "out 6\n" not in text and "out 95\n" not in text and "out 96\n" in text and "out 100\n" in text
+    assert "... (90 lines omitted) ..." in text
     assert "stderr (last 20 of 50 lines)" in text and "err 31\n" in text and "err 30\n" not in text
 
 
@@ -192,7 +192,7 @@ def test_claude_code_bash_with_exit_code():
 def test_mini_swe_agent_output():
     body = "".join(f"./astropy/file_{i}.py\n" for i in range(200))
     out = squeeze(use("bash", command="find . -name '*.py'"), res(f"<returncode>0</returncode>\n<output>\n{body}</output>"))
-    assert out.text.startswith("$ find . -name '*.py'\nexit code: 0\noutput (200 lines, first 10 and last 10):\n")
+    assert out.text.startswith("$ find . -name '*.py'\nexit code: 0\noutput (200 lines, first 5 and last 5):\n")
     assert "./astropy/file_0.py" in out.text and "./astropy/file_199.py" in out.text
     assert "<output>" not in out.text
 

@@ -30,7 +30,7 @@ def test_every_step_of_every_run_assembles_valid_requests(name):
         for msg in trajectory_messages(run):
             if msg.role == "assistant" and history.view and not history.pending_tool_ids:
                 request = assembler.assemble(event)
-                if request.estimated_input > assembler.policy.threshold:
+                if assembler.should_compact(request, event):
                     event = compact(role="execute", assembler=assembler, previous=event, prompt="Summarise.", call=None, breaker=breaker)
                     compactions += 1
                     request = assembler.assemble(event)

@@ -1,0 +1,803 @@
+"""Replay recorded agent trajectories under several context policies and price them.
+
+    python bench/context_replay.py [--data DIR] [--out docs/benchmarks.md]
+                                   [--batch B] [--start S] [--sweep] [--jobs N]
+
+Every recorded assistant message is one model call; its context is everything
+before it in the (repaired) log. For each call and each policy we build the
+request, then price it with a model of Anthropic's prompt cache:
+
+* prefix order: tools, system, messages; the static prefix (tools + system) is
+  always a breakpoint; baton marks `Assembled.breakpoints`, the baselines mark
+  their last message (as Claude Code does);
+* every breakpoint of a request writes a cache entry (hash of the prefix up to
+  it; "identical" means equal `Message.canonical` strings);
+* the read of a new request is the longest cached prefix found at one of its
+  breakpoints or up to 20 content blocks before one (the lookback rule);
+  tokens from the read point to the last breakpoint are cache writes (1.25x),
+  tokens after the last breakpoint plain input (1x), cache reads cost 0.1x;
+* no expiry within a run. Sonnet 4.5 prices: $3/MTok input, $15/MTok output.
+
+Token counts are raw cl100k counts (`Message.tokens`, `StaticPrefix.tokens`);
+only ratios between policies matter. The Execute agent's thresholds are scaled
+down 10x (window 100,000, compaction threshold 70,000; clear_tool_uses trigger
+10,000) so the recorded runs reach them.
+
+Needed-fact recall: identifiers in each tool call's input that first appeared in
+an earlier tool result; "visible" if the identifier occurs in the request of
+that call, "reachable" if not visible but an archive reference visible in the
+request points at a full result that contains it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from multiprocessing import Pool
+from pathlib import Path
+from typing import Any, Iterable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402
+    DEFAULT_DATA, DEFAULT_DOC, dataset_name, iter_runs, md_table,
+    trajectory_files, write_section,
+)
+
+from context.assembly import Assembler, CompactionEvent, Policy, StaticPrefix  # noqa: E402
+from context.compaction import CircuitBreaker, compact, summary_request  # noqa: E402
+from context.compression import archive_ref  # noqa: E402
+from context.history import History  # noqa: E402
+from context.protocol import problems  # noqa: E402
+from context.messages import (  # noqa: E402
+    Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, parse_message,
+)
+
+# ---------------------------------------------------------------------------- parameters
+
+PRICE_IN = 3.0 / 1e6
+PRICE_OUT = 15.0 / 1e6
+WRITE_X = 1.25
+READ_X = 0.10
+LOOKBACK_BLOCKS = 20
+
+SCALE = 10
+WINDOW = 1_000_000 // SCALE
+THRESHOLD = 700_000 // SCALE
+KEEP_STEPS = 5
+MASK_KEEP = 5
+CLEAR_TRIGGER = 100_000 // SCALE
+CLEAR_KEEP = 3
+SUMMARY_OUTPUT = 2_000
+AGENT = "execute"
+
+DEFAULT_BATCH = Policy.model_fields["batch"].default
+DEFAULT_START = Policy.model_fields["start_tokens"].default
+E_BATCHES = (1, 2, 5, 10)
+SWEEP_STARTS = (0, 5_000, 10_000, 20_000, 40_000)
+SWEEP_BATCHES = (1, 2, 5, 10)
+
+MASK_TEXT = "Old tool output omitted ({n} lines)."
+CLEAR_TEXT = "[Tool result cleared to save context]"
+
+COMPACT_PROMPT = """\
+Your context is about to be compacted. Summarise the work so far so that you can continue
+the task from the summary alone, without the conversation above. Reply with one JSON object
+inside <compact_summary>...</compact_summary> and nothing else. Use exactly these keys:
+
+- "generated_components": {"tools": [paths of tool modules written], "checkers": [paths of
+  checker modules written], "samples": number of samples written or their paths}.
+- "evaluation_progress": {"current_iteration": integer, "success_rate": number or null,
+  "layer_status": {layer name: short status}}.
+- "identified_issues": {"layer2_problems": [...], "layer3_problems": [...], "fix_attempts":
+  [what was tried, and whether it worked]}.
+- "pending_work": [the next concrete steps, in order, each one line].
+- "key_paths": {"execution_output_dir": path or null, plus every other file or directory you
+  will need again, by purpose}.
+
+Rules: keep every identifier you will need verbatim (file paths, ids, function names, error
+messages, command lines, numbers); prefer facts over narrative; do not invent results you have
+not seen; say what failed and why, not only what succeeded. Full tool results stay archived
+under state/execute/tool_results/<tool_use_id>.txt: where a detail is long, cite the archive
+path instead of copying it. Keep the summary under 2,000 tokens. Do not call any tool.
+"""
+
+# ---------------------------------------------------------------------------- prompt cache
+
+
+class PromptCache:
+    """Anthropic's prompt cache for one run: entries are prefix hashes written at breakpoints."""
+
+    def __init__(self, static: StaticPrefix, lookback: int = LOOKBACK_BLOCKS):
+        self.entries: set[int] = set()
+        self.lookback = lookback
+        self.static_tokens = static.tokens
+        self.static_blocks = (1 if static.system else 0) + len(static.tools)
+        self.static_hash = hash(("static", static.system, json.dumps(static.tools, sort_keys=True)))
+
+    def charge(self, messages: list[Message], breakpoints: Iterable[int], *, store: bool = True) -> tuple[int, int, int, int]:
+        """(total, read, write, plain) input tokens of one request. With `store=False` nothing
+        is written (a one-off request): everything not read is plain input."""
+        h, tok, blk = self.static_hash, self.static_tokens, self.static_blocks
+        pos_h, pos_tok, pos_blk = [h], [tok], [blk]
+        for m in messages:
+            h = hash((h, m.canonical))
+            tok += m.tokens
+            blk += len(m.content)
+            pos_h.append(h)
+            pos_tok.append(tok)
+            pos_blk.append(blk)
+        bps = sorted({0, *(i + 1 for i in breakpoints if 0 <= i < len(messages))})
+        read = 0
+        for b in bps:
+            p = b
+            while p >= 0 and pos_blk[b] - pos_blk[p] <= self.lookback:
+                if pos_tok[p] <= read:
+                    break  # nothing longer can be found further back
+                if pos_h[p] in self.entries:
+                    read = pos_tok[p]
+                    break
+                p -= 1
+        total = pos_tok[-1]
+        if not store:
+            return total, read, 0, total - read
+        last = pos_tok[bps[-1]]
+        write = max(0, last - read)
+        plain = total - max(last, read)
+        self.entries.update(pos_h[b] for b in bps)
+        return total, read, write, plain
+
+
+# ---------------------------------------------------------------------------- policies
+
+
+@dataclass
+class Stats:
+    calls: int = 0
+    input: int = 0  # main calls: total input tokens
+    read: int = 0  # all calls (main + summary)
+    write: int = 0
+    plain: int = 0
+    summary_input: int = 0
+    compactions: int = 0
+    needed: int = 0
+    visible: int = 0
+    reachable: int = 0
+    invalid: int = 0  # requests that break the protocol of SPEC §2 (should stay 0)
+    series: list[int] = field(default_factory=list)
+    compaction_calls: list[int] = field(default_factory=list)
+
+    def add(self, total: int, read: int, write: int, plain: int, *, main: bool = True) -> None:
+        self.read += read
+        self.write += write
+        self.plain += plain
+        if main:
+            self.calls += 1
+            self.input += total
+            self.series.append(total)
+        else:
+            self.summary_input += total
+
+
+def _placeholder_results(view: list[Message], keep: int, text_for, cache: dict) -> tuple[list[Message], int]:
+    """The view with every tool result but the last `keep` replaced by a placeholder,
+    and the index of the last message changed (-1 if none)."""
+    out = list(view)
+    seen, last_masked = 0, -1
+    for i in range(len(view) - 1, -1, -1):
+        m = view[i]
+        n = len(m.tool_results) if m.role == "user" else 0
+        if not n:
+            continue
+        masked = max(0, min(n, n - (keep - seen)))  # the first `masked` results of this message
+        seen += n
+        if masked:
+            key = (id(m), masked)
+            hit = cache.get(key)
+            if hit is None:
+                blocks, k = [], 0
+                for b in m.content:
+                    if isinstance(b, ToolResultBlock) and k < masked:
+                        k += 1
+                        b = ToolResultBlock(tool_use_id=b.tool_use_id, content=text_for(b), is_error=b.is_error)
+                    blocks.append(b)
+                hit = cache[key] = (m, Message(role="user", content=blocks))
+            out[i] = hit[1]
+            last_masked = max(last_masked, i)
+    return out, last_masked
+
+
+def _lines(b: ToolResultBlock) -> int:
+    t = b.text
+    return t.count("\n") + (1 if t and not t.endswith("\n") else 0)
+
+
+class NonePolicy:
+    label = "(a) none"
+
+    def __init__(self, history: History, static: StaticPrefix):
+        self.history = history
+
+    def request(self):
+        view = self.history.view
+        return list(view), [len(view) - 1], []
+
+
+class MaskPolicy:
+    """(b): SWE-agent-style masking every step, one breakpoint on the last message.
+    With `prefix_breakpoint`, (b'): a second breakpoint on the last masked message,
+    so the masked prefix is read from the cache (the lead's "mask every step" reference)."""
+
+    def __init__(self, history: History, static: StaticPrefix, prefix_breakpoint: bool = False):
+        self.history = history
+        self.prefix_breakpoint = prefix_breakpoint
+        self._cache: dict = {}
+
+    def request(self):
+        msgs, last_masked = _placeholder_results(self.history.view, MASK_KEEP, lambda b: MASK_TEXT.format(n=_lines(b)), self._cache)
+        bps = [last_masked, len(msgs) - 1] if self.prefix_breakpoint and last_masked >= 0 else [len(msgs) - 1]
+        return msgs, bps, []
+
+
+class ClearPolicy:
+    label = "(c) clear_tool_uses"
+
+    def __init__(self, history: History, static: StaticPrefix):
+        self.history = history
+        self.static_tokens = static.tokens
+        self._cache: dict = {}
+
+    def request(self):
+        view = self.history.view
+        if self.static_tokens + self.history.tokens() > CLEAR_TRIGGER:
+            view, _ = _placeholder_results(view, CLEAR_KEEP, lambda b: CLEAR_TEXT, self._cache)
+        else:
+            view = list(view)
+        return view, [len(view) - 1], []
+
+
+class BatonPolicy:
+    def __init__(self, history: History, static: StaticPrefix, batch: int, start: int):
+        self.policy = Policy(window=WINDOW, threshold=THRESHOLD, keep_last_steps=KEEP_STEPS, batch=batch, start_tokens=start)
+        self.assembler = Assembler(history, self.policy, agent=AGENT, static=static)
+        self.event: CompactionEvent | None = None
+        self.breaker = CircuitBreaker()
+        self.compacted = False
+
+    def request(self):
+        a = self.assembler.assemble(self.event)
+        extra = []
+        self.compacted = False
+        if self.assembler.should_compact(a, self.event):
+            req = summary_request(a, COMPACT_PROMPT)
+            extra.append((req, [*a.breakpoints[:-1], len(req) - 1]))
+            self.event = compact(role="execute", assembler=self.assembler, previous=self.event,
+                                 prompt=COMPACT_PROMPT, call=None, breaker=self.breaker)
+            self.compacted = True
+            a = self.assembler.assemble(self.event)
+        return a.messages, a.breakpoints, extra
+
+
+def baton_key(batch: int, start: int) -> str:
+    return f"baton B={batch} S={start}"
+
+
+# ---------------------------------------------------------------------------- needed facts
+
+_PATH = re.compile(r"(?:[\w.~@+-]*/)+[\w.@+-]+")
+_FILE = re.compile(
+    r"\b[\w-]+\.(?:py|pyi|js|mjs|ts|tsx|jsx|json|md|txt|ya?ml|toml|cfg|ini|sh|c|h|cc|cpp|hpp|rs|go|java|rb|"
+    r"exs?|heex|eex|html|css|scss|sql|csv|lock|xml|rst|ipynb|log)\b"
+)
+_ID = re.compile(r"\b(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,}\b")
+_TOOLU = re.compile(r"\btoolu_[A-Za-z0-9_]+")
+_SNAKE_NUM = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*_\d+\b")
+_NUM = re.compile(r"(?<![\w.])\d{4,}(?!\w)")
+_QUOTED = re.compile(r"\"([^\"\n]{4,80})\"|'([^'\n]{4,80})'|`([^`\n]{4,80})`")
+_EDGE = re.compile(r"[\w./]")  # a quoted identifier starts and ends with one of these
+_REF = re.compile(r"state/[A-Za-z0-9_-]+/tool_results/[A-Za-z0-9_-]+\.txt")
+_STOP = {
+    "true", "false", "none", "null", "self", "this", "that", "with", "from", "import", "return", "print",
+    "class", "def", "else", "elif", "pass", "main", "master", "head", "origin", "utf-8", "utf8", "string",
+    "error", "value", "values", "data", "name", "type", "text", "json", "python", "python3", "bash", "echo",
+    "test", "tests", "file", "files", "path", "line", "lines", "result", "output", "input", "list", "dict",
+    "/dev/null", "/tmp", "/usr/bin/env", "dev/null", "usr/bin/env", "__init__.py", "setup.py", "n/a",
+    "todo", "done", "pending", "completed", "in_progress", "http://", "https://",
+}
+
+
+def _scalars(value: Any, keys: bool = True) -> Iterable[str]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if keys:
+                yield str(k)
+            yield from _scalars(v, keys)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _scalars(v, keys)
+    elif value is not None and not isinstance(value, bool):
+        yield str(value)
+
+
+def identifiers(tool_input: dict[str, Any]) -> set[str]:
+    """Identifier-like strings in a tool call's input (see the module docstring)."""
+    found: set[str] = set()
+    for s in _scalars(tool_input, keys=False):  # values only: keys are the tool's schema, not facts
+        if 4 <= len(s) <= 80 and not any(c.isspace() for c in s) and any(c.isdigit() or c in "_/." for c in s):
+            found.add(s)  # a whole short value: an id, a path, a date, a number
+        for rx in (_PATH, _FILE, _ID, _TOOLU, _SNAKE_NUM, _NUM):
+            found.update(rx.findall(s))
+        if any(c.isspace() for c in s):
+            for groups in _QUOTED.findall(s):
+                q = next(g for g in groups if g)
+                if _EDGE.match(q[0]) and _EDGE.match(q[-1]) and "\\" not in q and any(c.isalnum() for c in q):
+                    found.add(q)
+    return {
+        f.rstrip(".,:;") for f in found
+        if len(f.rstrip(".,:;")) >= 4 and f.lower() not in _STOP and any(c.isalnum() for c in f)
+    }
+
+
+def block_text(b: Any) -> str:
+    if isinstance(b, TextBlock):
+        return b.text
+    if isinstance(b, ToolUseBlock):
+        return "\n".join([b.name, *_scalars(b.input)])
+    if isinstance(b, ToolResultBlock):
+        return b.text
+    if isinstance(b, ThinkingBlock):
+        return b.thinking
+    return ""
+
+
+def needed_facts(system: str, msgs: list[Message]) -> tuple[dict[int, list[str]], dict[str, set[str]]]:
+    """For each assistant message index: the identifiers its tool calls need that first
+    appeared in an earlier tool result (one entry per tool call and identifier); and for each
+    such identifier the archive refs of the results that contain it."""
+    per_use: dict[int, list[set[str]]] = {}
+    candidates: set[str] = set()
+    for j, m in enumerate(msgs):
+        if m.role == "assistant" and m.tool_uses:
+            per_use[j] = [identifiers(u.input) for u in m.tool_uses]
+            for ids in per_use[j]:
+                candidates |= ids
+    first: dict[str, tuple[int, str]] = {c: (-1, "system") for c in candidates if c in system}
+    remaining = candidates - first.keys()
+    for j, m in enumerate(msgs):
+        if not remaining:
+            break
+        for b in m.content:
+            text = block_text(b)
+            if not text:
+                continue
+            kind = "tool_result" if isinstance(b, ToolResultBlock) else m.role
+            hit = {c for c in remaining if c in text}
+            for c in hit:
+                first[c] = (j, kind)
+            remaining -= hit
+    from_results = {c for c, (j, kind) in first.items() if kind == "tool_result"}
+    needed: dict[int, list[str]] = {}
+    for j, uses in per_use.items():
+        lst = [c for ids in uses for c in sorted(ids) if c in from_results and first[c][0] < j]
+        if lst:
+            needed[j] = lst
+    wanted = {c for lst in needed.values() for c in lst}
+    refs: dict[str, set[str]] = defaultdict(set)
+    for m in msgs:
+        for r in m.tool_results:
+            text = r.text
+            ref = archive_ref(AGENT, r.tool_use_id)
+            for c in wanted:
+                if c in text:
+                    refs[c].add(ref)
+    return needed, refs
+
+
+class TextCache:
+    """Searchable text of messages, computed once per message object."""
+
+    def __init__(self):
+        self._texts: dict[int, tuple[Message, str]] = {}
+
+    def __call__(self, m: Message) -> str:
+        hit = self._texts.get(id(m))
+        if hit is None or hit[0] is not m:
+            hit = self._texts[id(m)] = (m, "\n".join(block_text(b) for b in m.content))
+        return hit[1]
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]) -> dict[str, Any]:
+    dataset, index, traj, configs, lookback = task
+    msgs = [parse_message(m) for m in traj["messages"]]
+    static = StaticPrefix(system=traj.get("system") or "")
+    history = History(redact=False)
+    policies: dict[str, Any] = {
+        "none": NonePolicy(history, static),
+        # (b) gets the same breakpoint strategy baton uses (the end of its stable,
+        # masked prefix and the last message): the fair comparison, and the one the
+        # reference numbers (1.44x / 1.20x / 0.84x) were measured with.
+        "mask": MaskPolicy(history, static, prefix_breakpoint=True),
+        "mask_1bp": MaskPolicy(history, static),
+        "clear": ClearPolicy(history, static),
+    }
+    for b, s in configs:
+        policies[baton_key(b, s)] = BatonPolicy(history, static, b, s)
+    caches = {k: PromptCache(static, lookback) for k in policies}
+    stats = {k: Stats() for k in policies}
+    needed, refs = needed_facts(static.system, msgs)
+    texts = TextCache()
+    last_request: dict[str, list[Message]] = {}
+    output_tokens = 0
+    n_calls = 0
+
+    for j, m in enumerate(msgs):
+        if m.role == "assistant":
+            output_tokens += m.tokens
+            if history.pending_tool_ids:
+                history.close_pending()  # an interrupted call: the engine's repair answers it
+            if history.view and history.view[-1].role == "user":
+                n_calls += 1
+                for key, pol in policies.items():
+                    req, bps, extra = pol.request()
+                    cache, st = caches[key], stats[key]
+                    for sreq, sbps in extra:
+                        st.invalid += bool(problems(sreq))
+                        st.add(*cache.charge(sreq, sbps, store=False), main=False)
+                        st.compactions += 1
+                        st.compaction_calls.append(n_calls - 1)
+                    st.invalid += bool(problems(req))
+                    st.add(*cache.charge(req, bps))
+                    last_request[key] = req
+            if j in needed and last_request:
+                for key, req in last_request.items():
+                    _recall(stats[key], req, needed[j], refs, texts)
+        history.append(m)
+
+    return {
+        "dataset": dataset, "index": index, "id": traj.get("id", str(index)), "calls": n_calls,
+        "output": output_tokens, "final_tokens": history.tokens() + static.tokens,
+        "stats": {k: vars(v) for k, v in stats.items()},
+    }
+
+
+def _recall(st: Stats, req: list[Message], idents: list[str], refs: dict[str, set[str]], texts: TextCache) -> None:
+    big = "\n".join(texts(m) for m in req)
+    visible_refs: set[str] | None = None
+    for c in idents:
+        st.needed += 1
+        if c in big:
+            st.visible += 1
+            continue
+        if visible_refs is None:
+            visible_refs = set(_REF.findall(big))
+        if refs.get(c, set()) & visible_refs:
+            st.reachable += 1
+
+
+# ---------------------------------------------------------------------------- aggregation
+
+
+def cost(s: dict[str, Any], output: int) -> float:
+    inp = s["plain"] + WRITE_X * s["write"] + READ_X * s["read"]
+    return PRICE_IN * inp + PRICE_OUT * (output + SUMMARY_OUTPUT * s["compactions"])
+
+
+def aggregate(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """dataset -> policy key -> totals."""
+    agg: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
+    for r in results:
+        for key, s in r["stats"].items():
+            a = agg[r["dataset"]][key]
+            for f in ("calls", "input", "read", "write", "plain", "summary_input", "compactions", "needed", "visible",
+                      "reachable", "invalid"):
+                a[f] += s[f]
+            a["cost"] += cost(s, r["output"])
+            a["runs"] += 1
+    return agg
+
+
+def pct(a: float, b: float) -> str:
+    return f"{100 * a / b:.1f}" if b else "–"
+
+
+def policy_rows(agg, order: list[tuple[str, str]]):
+    header = ["data set", "policy", "calls", "mean input/call", "cache read share", "cost ($)",
+              "x (a)", "x (b)", "compactions", "recall visible %", "reachable %", "total %"]
+    rows = []
+    for ds in sorted(agg):
+        base_a, base_b = agg[ds]["none"]["cost"], agg[ds]["mask"]["cost"]
+        for key, label in order:
+            a = agg[ds][key]
+            all_in = a["read"] + a["write"] + a["plain"]
+            rows.append([
+                ds, label, int(a["calls"]), f"{a['input'] / max(a['calls'], 1):,.0f}", pct(a["read"], all_in),
+                f"{a['cost']:.2f}", f"{a['cost'] / base_a:.2f}", f"{a['cost'] / base_b:.2f}", int(a["compactions"]),
+                pct(a["visible"], a["needed"]), pct(a["reachable"], a["needed"]), pct(a["visible"] + a["reachable"], a["needed"]),
+            ])
+    return header, rows
+
+
+TARGETS_A = {"claude-code": 0.45, "tau-bench-airline": 1.00, "mini-swe-agent": 1.00}
+TARGETS_B = {"claude-code": 0.70, "mini-swe-agent": 0.70, "tau-bench-airline": 0.85}
+RECALL_TARGET = 95.0
+
+
+def target_rows(agg, default_key: str, baton_keys: list[tuple[str, str]]):
+    header = ["data set", "target", "measured", "met?"]
+    rows = []
+    for ds in sorted(agg):
+        d, a, b = agg[ds][default_key], agg[ds]["none"], agg[ds]["mask"]
+        if ds in TARGETS_A:
+            r = d["cost"] / a["cost"]
+            rows.append([ds, f"(d) cost ≤ {TARGETS_A[ds]:.2f}x (a)", f"{r:.2f}x", "met" if r <= TARGETS_A[ds] else "**missed**"])
+        if ds in TARGETS_B:
+            r = d["cost"] / b["cost"]
+            rows.append([ds, f"(d) cost ≤ {TARGETS_B[ds]:.2f}x (b)", f"{r:.2f}x", "met" if r <= TARGETS_B[ds] else "**missed**"])
+        for key, label in baton_keys:
+            x = agg[ds][key]
+            rec = 100 * (x["visible"] + x["reachable"]) / x["needed"] if x["needed"] else 100.0
+            rows.append([ds, f"{label}: recall visible+reachable ≥ {RECALL_TARGET:.0f}%", f"{rec:.1f}%",
+                         "met" if rec >= RECALL_TARGET else "**missed**"])
+    return header, rows
+
+
+def run_all(tasks: list, jobs: int) -> list[dict[str, Any]]:
+    if jobs > 1:
+        with Pool(jobs) as pool:
+            results = list(pool.imap_unordered(replay_run, tasks, chunksize=1))
+    else:
+        results = [replay_run(t) for t in tasks]
+    results.sort(key=lambda r: (r["dataset"], r["index"]))
+    return results
+
+
+def _recall_of(x) -> float:
+    return 100 * (x["visible"] + x["reachable"]) / x["needed"] if x["needed"] else 100.0
+
+
+def best_rows(agg):
+    header = ["data set", "cheapest (any recall)", "cheapest with recall target", "x (a)", "x (b)", "recall %"]
+    rows = []
+    grid = [(b, s) for s in SWEEP_STARTS for b in SWEEP_BATCHES]
+    for ds in sorted(agg):
+        a, bb = agg[ds]["none"]["cost"], agg[ds]["mask"]["cost"]
+        cheapest = min(grid, key=lambda c: agg[ds][baton_key(*c)]["cost"])
+        ok = [c for c in grid if _recall_of(agg[ds][baton_key(*c)]) >= RECALL_TARGET]
+        c = min(ok, key=lambda c: agg[ds][baton_key(*c)]["cost"]) if ok else None
+        x = agg[ds][baton_key(*c)] if c else None
+        rows.append([
+            ds, f"B={cheapest[0]} S={cheapest[1]:,} ({agg[ds][baton_key(*cheapest)]['cost'] / a:.3f}x (a))",
+            f"B={c[0]} S={c[1]:,}" if c else "none", f"{x['cost'] / a:.3f}" if x else "–",
+            f"{x['cost'] / bb:.3f}" if x else "–", f"{_recall_of(x):.1f}" if x else "–",
+        ])
+    ok_all = [c for c in grid if all(_recall_of(agg[ds][baton_key(*c)]) >= RECALL_TARGET for ds in agg)]
+    if ok_all:
+        c = min(ok_all, key=lambda c: max(agg[ds][baton_key(*c)]["cost"] / agg[ds]["none"]["cost"] for ds in agg))
+        ratios = ", ".join(f"{ds} {agg[ds][baton_key(*c)]['cost'] / agg[ds]['none']['cost']:.3f}" for ds in sorted(agg))
+        rows.append(["all (min of max x (a))", "", f"B={c[0]} S={c[1]:,}", ratios, "", ""])
+    return header, rows
+
+
+def lookback_rows(agg, unl, start: int, lookback: int):
+    header = ["data set"] + [f"B={b}: {lookback} blocks / unlimited" for b in E_BATCHES]
+    rows = []
+    for ds in sorted(agg):
+        a = agg[ds]["none"]["cost"]
+        rows.append([ds] + [f"{agg[ds][baton_key(b, start)]['cost'] / a:.3f} / {unl[ds][baton_key(b, start)]['cost'] / a:.3f}"
+                            for b in E_BATCHES])
+    return header, rows
+
+
+def sweep_rows(agg):
+    header = ["data set", "start S"] + [f"B={b}" for b in SWEEP_BATCHES] + ["recall (B=1..10)"]
+    rows = []
+    for ds in sorted(agg):
+        base_a, base_b = agg[ds]["none"]["cost"], agg[ds]["mask"]["cost"]
+        for s in SWEEP_STARTS:
+            row, recalls = [ds, f"{s:,}"], []
+            for b in SWEEP_BATCHES:
+                x = agg[ds][baton_key(b, s)]
+                row.append(f"{x['cost'] / base_a:.3f} / {x['cost'] / base_b:.3f}")
+                recalls.append(pct(x["visible"] + x["reachable"], x["needed"]))
+            row.append(" / ".join(recalls))
+            rows.append(row)
+    return header, rows
+
+
+# ---------------------------------------------------------------------------- charts
+
+
+def chart(dataset: str, run: dict[str, Any], order: list[tuple[str, str]], default_key: str, img_dir: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5.5), dpi=110)
+    for key, label in order:
+        s = run["stats"][key]
+        base = key in ("none", "mask", "mask_1bp", "clear") or key == default_key
+        line, = ax.plot(range(len(s["series"])), s["series"], label=label, lw=1.8 if base else 1.0,
+                        alpha=1.0 if base else 0.75, ls="-" if base else "--")
+        if s["compaction_calls"]:
+            xs = s["compaction_calls"]
+            ax.scatter(xs, [s["series"][x] for x in xs], marker="v", s=60, color=line.get_color(), zorder=5,
+                       edgecolors="black", linewidths=0.5)
+    ax.set_title(f"{dataset}: context size per call, largest run ({run['id']}); ▼ = compaction\n"
+                 f"(b) and (b') send the same requests; baton compacts when its estimate passes {THRESHOLD:,}",
+                 fontsize=10)
+    ax.set_xlabel("call")
+    ax.set_ylabel("input tokens per call (raw cl100k, system included)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    img_dir.mkdir(parents=True, exist_ok=True)
+    path = img_dir / f"context_size_{dataset}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="directory of *.jsonl.gz trajectories")
+    ap.add_argument("--out", type=Path, default=DEFAULT_DOC, help="markdown file; only its context-replay section is rewritten")
+    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"B of the default baton policy (d) (Policy default {DEFAULT_BATCH})")
+    ap.add_argument("--start", type=int, default=DEFAULT_START, help=f"start size S of (d) and (e) (Policy default {DEFAULT_START})")
+    ap.add_argument("--sweep", action="store_true", help="also sweep S x B and report cost ratios")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
+    ap.add_argument("--limit", type=int, default=0, help="replay at most this many runs per data set (0 = all)")
+    ap.add_argument("--lookback", type=int, default=LOOKBACK_BLOCKS, help="cache lookback in content blocks (diagnostic; Anthropic: 20)")
+    args = ap.parse_args(argv)
+    started = time.perf_counter()
+
+    default = (args.batch, args.start)
+    configs = [default] + [(b, args.start) for b in E_BATCHES]
+    if args.sweep:
+        configs += [(b, s) for s in SWEEP_STARTS for b in SWEEP_BATCHES]
+    configs = list(dict.fromkeys(configs))
+    default_key = baton_key(*default)
+    order = [("none", "(a) none"), ("mask", f"(b) mask-{MASK_KEEP}"),
+             ("mask_1bp", f"(b') mask-{MASK_KEEP}, one breakpoint only"), ("clear", "(c) clear_tool_uses"),
+             (default_key, f"(d) baton default B={args.batch} S={args.start:,}")]
+    order += [(baton_key(b, args.start), f"(e) baton B={b}") for b in E_BATCHES if (b, args.start) != default]
+
+    files = trajectory_files(args.data)
+    if not files:
+        print(f"no *.jsonl.gz under {args.data}", file=sys.stderr)
+        return 1
+    tasks = []
+    for f in files:
+        for i, traj in enumerate(iter_runs(f)):
+            if args.limit and i >= args.limit:
+                break
+            tasks.append((dataset_name(f), i, traj, configs, args.lookback))
+    tasks.sort(key=lambda t: -len(json.dumps(t[2]["messages"])))  # longest first: better balance
+    results = run_all(tasks, args.jobs)
+    agg = aggregate(results)
+    lookback_agg = None
+    if args.sweep and args.lookback < 10**9:
+        # Diagnostic: the same B values with an unlimited lookback, to show what the 20-block rule costs.
+        unlimited = [(d, i, t, [(b, args.start) for b in E_BATCHES], 10**9) for d, i, t, _, _ in tasks]
+        lookback_agg = aggregate(run_all(unlimited, args.jobs))
+    elapsed = time.perf_counter() - started
+
+    header, rows = policy_rows(agg, order)
+    baton_keys = [(k, lbl.split(" B=")[0] if k == default_key else lbl) for k, lbl in order[4:]]
+    t_header, t_rows = target_rows(agg, default_key, baton_keys)
+    table = md_table(header, rows, "ll" + "r" * (len(header) - 2))
+    targets = md_table(t_header, t_rows, "llrl")
+    print(table)
+    print()
+    print(targets)
+    sweep = best = lookback = None
+    if args.sweep:
+        s_header, s_rows = sweep_rows(agg)
+        sweep = md_table(s_header, s_rows, "lr" + "r" * (len(s_header) - 2))
+        print()
+        print("Sweep: cost of baton (S, B) as a ratio to (a) none / to (b) mask-5")
+        print(sweep)
+        best = md_table(*best_rows(agg), "lllrrr")
+        print()
+        print(best)
+        if lookback_agg is not None:
+            lookback = md_table(*lookback_rows(agg, lookback_agg, args.start, args.lookback), "l" + "r" * len(E_BATCHES))
+            print()
+            print(lookback)
+
+    images = []
+    by_ds: dict[str, list[dict]] = defaultdict(list)
+    for r in results:
+        by_ds[r["dataset"]].append(r)
+    img_dir = args.out.resolve().parent / "img"
+    for ds, runs in sorted(by_ds.items()):
+        longest = max(runs, key=lambda r: (r["final_tokens"], r["calls"]))
+        images.append((ds, chart(ds, longest, order, default_key, img_dir)))
+    print(f"\n{len(results)} runs, {sum(r['calls'] for r in results)} calls, {len(configs)} baton configurations, "
+          f"{elapsed:.0f} s on {args.jobs} process(es)")
+
+    command = "python bench/context_replay.py" + ("" if not sys.argv[1:] else " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
+    doc = [
+        "## Context replay",
+        "",
+        f"Command: `{command}` ({len(results)} runs, {sum(r['calls'] for r in results)} calls, "
+        f"{elapsed:.0f} s on {args.jobs} process(es)).",
+        "",
+        "Each recorded assistant message is one call whose context is the (repaired) log before it. "
+        "Requests are priced with a model of Anthropic's prompt cache: prefix order tools, system, messages; "
+        "every breakpoint writes an entry; a request reads the longest cached prefix found at one of its "
+        f"breakpoints or up to {LOOKBACK_BLOCKS} content blocks before one; tokens from the read point to the "
+        "last breakpoint are writes (1.25x), after it plain input (1x), reads 0.1x; no expiry. "
+        "Sonnet 4.5 prices ($3/MTok input, $15/MTok output; output = the recorded assistant messages, the same "
+        "for every policy). Tokens are raw cl100k counts. Execute thresholds scaled down 10x: window 100,000, "
+        f"compaction at an estimated {THRESHOLD:,} (≈ {THRESHOLD / 1.19:,.0f} raw), clear_tool_uses trigger "
+        f"{CLEAR_TRIGGER:,}, keep {CLEAR_KEEP}. Policies: (a) the full log; (b) SWE-agent-style masking, every step, "
+        f"of all but the last {MASK_KEEP} tool results (`{MASK_TEXT.format(n='N')}`); (c) Anthropic's "
+        "`clear_tool_uses` defaults whenever the full request passes the trigger; (d) baton's `Assembler` with "
+        f"N={KEEP_STEPS}, B={args.batch}, start size S={args.start:,}, compacting (deterministic fallback summary, "
+        f"`call=None`) when `Assembler.should_compact` says so (estimate over the threshold and something new to cover); the summary call is charged as its input (with its "
+        f"own cache read) plus {SUMMARY_OUTPUT:,} output tokens; (e) baton with other B. Baselines mark one cache "
+        "breakpoint on the last message; baton marks `Assembled.breakpoints`.",
+        "",
+        "Recall: for each tool call, the identifiers in its input (paths, ids, 4+-digit numbers, quoted strings, "
+        "short id-like values) that first appeared in an earlier tool result; *visible* = the string occurs in "
+        "the request of that call; *reachable* = not visible, but an archive reference "
+        f"(`state/{AGENT}/tool_results/<tool_use_id>.txt`) visible in the request names a full result containing it.",
+        "",
+        "Columns: *mean input/call* = request size (tokens, system included); *cache read share* = cache-read "
+        "tokens / all input tokens (summary calls included); *x (a)*, *x (b)* = cost ratio to (a) and (b).",
+        "",
+        table,
+        "",
+        "### Targets",
+        "",
+        targets,
+        "",
+    ]
+    if sweep:
+        doc += [
+            "### Sweep of start size S and batch B",
+            "",
+            "Cost of baton (N=5) as a ratio to (a) none / to (b) mask-5, per data set (lower is better).",
+            "",
+            sweep,
+            "",
+            "Cheapest configuration per data set, with and without the recall target "
+            f"(visible + reachable ≥ {RECALL_TARGET:.0f}%), and the single configuration with the lowest worst-case "
+            "ratio to (a) over the data sets among those meeting the recall target everywhere:",
+            "",
+            best,
+            "",
+        ]
+        if lookback:
+            doc += [
+                f"Cost of the 20-block lookback: baton (S={args.start:,}) cost ratio to (a) with Anthropic's "
+                "20-block lookback vs an unlimited one (a diagnostic: with unlimited lookback, a shift of the stable "
+                "prefix by more than 20 blocks would still find the previous entry).",
+                "",
+                lookback,
+                "",
+            ]
+    doc += ["### Context size over calls (largest run of each data set)", ""]
+    for ds, path in images:
+        rel = os.path.relpath(path, args.out.resolve().parent)
+        doc += [f"![context size per call, {ds}]({rel})", ""]
+    write_section(args.out, "context-replay", "\n".join(doc))
+    print(f"wrote {args.out} and {len(images)} chart(s) under {img_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
