@@ -1,0 +1,356 @@
+"""Replace values that look like secrets with ``<REDACTED>`` (SPEC §3, "Redaction").
+
+This runs on every message written to history, including tool results of tens
+of MB, so it is built to be linear and cheap on clean text:
+
+* every pattern starts with a literal or a small set of first characters, which
+  the regex engine scans for quickly, and quantifiers over long runs are
+  possessive (``*+``, ``{m,n}+``) or bounded, so nothing backtracks
+  catastrophically (about a second for 50 MB, usually less);
+* the ``NAME=value`` rule runs on a lower-cased copy of the text (case-
+  insensitive regexes are several times slower in ``re``) and only when one of
+  its keywords occurs at all (plain ``in`` checks);
+* judgement calls (placeholder? type hint? count?) are made in Python on the
+  few matches rather than in the regexes.
+
+Redaction is best effort and leans towards keeping what agents must read and
+edit verbatim (source code, token counts, paths, hashes). ``redact`` is
+idempotent because no rule touches a value that is already ``<REDACTED>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from context.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+
+REDACTED = "<REDACTED>"
+
+# --- secret-ish names -------------------------------------------------------
+
+# Scanning keywords, deliberately broad: wherever a secret-ish name occurs, one
+# of these occurs in its lower-cased form. The lookaheads skip the look-alikes
+# that fill this project's own data (max_tokens, tokens_used, token_count,
+# tokenizer, author, authority) before they cost a Python call.
+_KEYWORD = (
+    r"passw(?:or)?d|secret|credential|api[_-]?key|private[_-]?key"
+    r"|token(?!s|iz|[_-]?(?:count|usage|limit|budget|len|size|num))"
+    r"|auth(?!or(?!iz))"
+)
+# Cheap pre-check: one of these occurs (lower-cased) wherever _KEYWORD can match.
+_KEYWORD_HINTS = ("passw", "secret", "credential", "key", "token", "auth")
+# The decision on a whole name, in snake_case. "auth" only counts at the end
+# (auth, x_auth, authorization, auth_header), since auth_method, oauth_scope
+# or auth_enabled name settings, not credentials.
+_SECRET_NAME = re.compile(
+    r"passw(?:or)?d|secret|credential|api_?key|private_?key"
+    r"|token(?!s|iz|_?(?:count|usage|limit|budget|len|size|num))"
+    r"|auth(?:orization|entication)?(?:_?(?:header|key|code|string|value|data|info))?$"
+)
+# Names that *describe* a secret rather than hold one: where it lives, what
+# kind it is, how big it is, how it is looked up.
+_NOT_SECRET_SUFFIXES = (
+    "tokens", "count", "_id", "_ids", "_url", "_uri", "_endpoint", "_path", "_file", "_dir", "_type",
+    "_name", "_len", "_length", "_size", "_limit", "_ttl", "_expires_in", "_expires_at", "_expiry",
+    "_scope", "_scopes", "_env", "_var", "_response", "_prompt", "_help", "_hint", "_label", "_field",
+    "_format", "_pattern", "_method", "_mode", "_enabled", "_required", "_provider", "_version",
+    "_timeout", "_error", "_message", "_idx", "_index", "_pos", "_offset", "_start", "_end", "_kind",
+)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def is_secret_name(name: str) -> bool:
+    """True if a key or variable called ``name`` probably holds a secret.
+
+    Only the last part of an attribute path counts (``token.type`` is a type,
+    ``settings.SECRET_KEY`` a secret); camelCase is read as snake_case.
+    """
+    last = name.strip("\"'`*- ").rsplit(".", 1)[-1]
+    snake = _CAMEL.sub("_", last).lower().replace("-", "_")
+    if not snake or snake.endswith(_NOT_SECRET_SUFFIXES):
+        return False
+    return _SECRET_NAME.search(snake) is not None
+
+
+# --- token shapes (case-sensitive, searched in the text itself) -------------
+
+# PEM private keys, the whole block. The body is matched line by line (base64
+# runs and "Proc-Type:" headers, also inside JSON strings with literal "\n") so
+# a block cut short by head+tail truncation still loses its body, and a stray
+# BEGIN can never make the engine scan the rest of a 50 MB text.
+_PEM = re.compile(
+    r"-----BEGIN (?:[A-Z0-9]++ ){0,3}PRIVATE KEY-----"
+    r"(?:(?:\s|\\{1,2}[rn])*+(?:[A-Za-z0-9+/=]++|[A-Za-z-]++:[^\n\\]*+))*+"
+    r"(?:(?:\s|\\{1,2}[rn])*+-----END (?:[A-Z0-9]++ ){0,3}PRIVATE KEY-----)?"
+)
+# scheme://user:password@host: keep the user and the host.
+_URL_CREDS = re.compile(r"://(?P<user>[^\s/:@?#]{0,256}+):(?P<pw>[^\s/@?#]{1,256}+)@")
+# Each shape starts with a literal and then a fixed-width lookbehind that
+# rejects a preceding word character, so "task-1234" never starts an "sk-" key.
+_SK = re.compile(r"sk-(?<![\w-]sk-)[A-Za-z0-9_-]{20,}+")  # Anthropic sk-ant-..., OpenAI sk-/sk-proj-
+_GITHUB = re.compile(r"g(?:h[pousr]_(?<!\wgh[pousr]_)[A-Za-z0-9]{30,}+|ithub_pat_(?<!\wgithub_pat_)\w{22,}+)")
+_SLACK = re.compile(r"xox[abprs]-(?<![\w-]xox[abprs]-)[A-Za-z0-9-]{10,}+")
+_AWS_KEY_ID = re.compile(r"A[KS]IA(?<![A-Za-z0-9]A[KS]IA)[A-Z0-9]{16}(?![A-Za-z0-9])")
+_JWT = re.compile(r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+")
+
+
+def _whole(_: re.Match[str]) -> str:
+    return REDACTED
+
+
+def _sk(m: re.Match[str]) -> str:
+    # Real keys are random, so they mix digits and letters; a hyphenated word does not.
+    body = m.group(0)[3:]
+    if any(c.isdigit() for c in body) and any(c.isalpha() for c in body):
+        return REDACTED
+    return m.group(0)
+
+
+_URL_PLACEHOLDERS = frozenset({"password", "passwd", "pass", "pwd", "secret", "token"})
+
+
+def _url(m: re.Match[str]) -> str:
+    pw = m.group("pw")
+    if pw.startswith(("<", "$", "{", "%", "[")) or pw.lower() in _URL_PLACEHOLDERS:
+        return m.group(0)  # redacted already, or documentation: user:[password]@, USER:PASSWORD@
+    return f"://{m.group('user')}:{REDACTED}@"
+
+
+_SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (_PEM, _whole),
+    (_URL_CREDS, _url),
+    (_SK, _sk),
+    (_GITHUB, _whole),
+    (_SLACK, _whole),
+    (_AWS_KEY_ID, _whole),
+    (_JWT, _whole),
+)
+
+# --- NAME=value (searched in the lower-cased text) ---------------------------
+
+# Either a command-line flag (--api-key VALUE, --password=VALUE) or a name with
+# a separator (KEY=v, KEY: v, "key": "v", key := v, 'key' => 'v', **Key**: v).
+# Anchored on the keyword: the part of the name before it does not matter.
+_VALUE_CHARS = r"""[^\s"'`,;&<>(){}\[\]\\|]"""
+_ASSIGN = re.compile(
+    rf"""
+    (?P<name>                                           # top-level alternation of literals:
+        -(?<![\w-]-)(?P<flag>)-?(?:[a-z0-9]++[_-]){{0,3}}(?:{_KEYWORD})   # lets `re` scan for
+      | {_KEYWORD}                                      # their first characters only
+    )
+    (?P<rest>[\w.-]{{0,64}}+)                            # the rest of the name
+    (?P<sep>(?(flag)(?:=|[ \t]++)|\\?["']?\**+[ \t]{{0,16}}+(?::=|=>|[:=])(?!=)[ \t]{{0,16}}+))
+    (?:
+        (?P<qpre>(?:[bfru]{{1,2}}(?=["']))?\\?)          # quoted: "v", b'v', \"v\" (in escaped JSON)
+        (?:"(?P<dq>[^"\n]*+)|'(?P<sq>[^'\n]*+))
+      |
+        (?:(?P<scheme>bearer|basic|token|bot)[ \t]++)?+ # Authorization: Bearer v
+        (?P<uv>{_VALUE_CHARS}++)
+    )
+    """,
+    re.VERBOSE,
+)
+_SCHEME = re.compile(r"(?i)(?:bearer|basic|token|bot)[ \t]+")
+# Words that are never credentials even under a secret-ish name.
+_NOT_VALUES = frozenset(
+    "true false null none nil undefined yes no on off enabled disabled required optional "
+    "str string int integer bool boolean bytes float number object any".split()
+)
+_PLACEHOLDER_STARTS = ("<", "$", "{", "%", "*", "#", "...", "\u2026")  # <REDACTED>, ${VAR}, {x}, ****, # comment
+_NUMBER = re.compile(r"-?\d{1,9}(?:\.\d+)?")
+# Words without digits: in code, variables, parameters and types (token = tok,
+# api_key=api_key, Token); in prose, words. A literal password has digits more often.
+_IDENTIFIER = re.compile(r"[A-Za-z_]+")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # attribute paths
+# "refresh_token", "ANTHROPIC_API_KEY": names of things, not secrets.
+_SNAKE = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)+")
+
+
+def _keep_value(name: str, value: str, sep: str, after: str, quoted: bool, config_line: bool) -> bool:
+    """True for values that are not secrets even under a secret-ish name.
+
+    ``after`` is the text right after the value, ``config_line`` says whether
+    the name starts its line (YAML, .env) rather than sitting in prose.
+    """
+    if not value or value.startswith(_PLACEHOLDER_STARTS):
+        return True
+    lowered = value.lower()
+    password = "passw" in name.lower()
+    if lowered in _NOT_VALUES or lowered in (name.lower(), name.rsplit(".", 1)[-1].lower()):
+        return True  # literals, and password=password
+    if _NUMBER.fullmatch(value) and not password:
+        return True  # "token: 1200" is a count; a numeric password is still a password
+    if quoted:
+        if value[0] in "),;]}>" or (len(value) < 3 and not password):
+            return True  # the quote closed a string rather than opened one: ("Password: "); "|"
+        # Prose, env var names and regexes are not credentials (a passphrase is).
+        return not password and (any(c.isspace() for c in value) or _SNAKE.fullmatch(value) is not None)
+    # Unquoted: mostly protect source code, which the agents read and then edit verbatim.
+    next_char = after[:1]
+    colon = sep.strip(" \t\"'\\*") == ":"
+    if next_char in ("(", "[") or _DOTTED.fullmatch(value):
+        return True  # get_token(), os.environ["X"], self.token, options.oauth2_secret
+    if colon and not sep[-1:].isspace() and (next_char == "}" or _IDENTIFIER.fullmatch(value)):
+        return True  # f"{token:05d}", passwd:gid
+    if not _IDENTIFIER.fullmatch(value):
+        return False  # digits or punctuation: a literal
+    if colon and not config_line:
+        return True  # prose: "the token: it expires"
+    if sep[-1:] in " \t" and after[:1] == " " and after[1:2].isalpha():
+        return True  # prose: "Password: the one you chose", "--password options below"
+    return (
+        sep.startswith(("\"", "'", "\\"))  # {"token": tok}: JSON would have quoted a string
+        or (sep[:1] in " \t" and sep[-1:] in " \t" and "=" in sep)  # token = tok
+        or (value != lowered and value != value.upper())  # Token, SecretStr: type names
+        or "_" in value
+        or next_char in (",", ")")  # f(password=pw)
+    )
+
+
+def _assign(m: re.Match[str], text: str) -> str | None:
+    """Replacement for one _ASSIGN match (found in the lower-cased text), or None to keep it."""
+
+    def orig(group: str) -> str:  # groups are sliced from the original, case intact
+        start, end = m.span(group)
+        return text[start:end] if start >= 0 else ""
+
+    flag = m.start("flag") >= 0
+    start = m.start()
+    if not flag:  # the match starts at the keyword; the name may start earlier (client_secret)
+        while start > 0 and m.start() - start < 64 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+            start -= 1
+    name = text[start : m.end("rest")]
+    if not is_secret_name(name):
+        return None
+    line_prefix = text[text.rfind("\n", max(0, start - 200), start) + 1 : start]
+    config_line = line_prefix.strip(" \t-*>{,([\"'") in ("", "export")
+    sep = orig("sep")
+    head = text[m.start() : m.end("sep")]
+    if m.start("qpre") >= 0:
+        value = orig("dq") or orig("sq")
+        # \"abc\": the backslash escaping the closing quote is not part of the value.
+        tail = "\\" if orig("qpre").endswith("\\") and value.endswith("\\") else ""
+        value = value[: len(value) - len(tail)]
+        opening = text[m.start("qpre") : m.end("qpre") + 1]
+        scheme = _SCHEME.match(value)
+        if scheme:  # "Authorization": "Bearer abc" keeps its scheme word; the credential goes
+            opening += scheme.group(0)
+            value = value[scheme.end() :]
+            if not value or value.startswith(_PLACEHOLDER_STARTS):
+                return None  # 'Bearer ' + token, "Basic <username>:<password>"
+        elif _keep_value(name, value, sep, "", True, config_line):
+            return None
+        return head + opening + REDACTED + tail
+    value = orig("uv")
+    if flag and value.startswith("-"):
+        return None  # `--token --verbose`: the next flag, not a value
+    if _keep_value(name, value, sep, text[m.end() : m.end() + 2], False, config_line):
+        return None
+    return head + text[m.end("sep") : m.start("uv")] + REDACTED
+
+
+def _redact_assignments(text: str) -> str:
+    # str.lower() keeps every index except for U+0130, which becomes two code
+    # points; swapping it for "I" first keeps match offsets valid for `text`.
+    lowered = text.lower() if text.isascii() else text.replace("\u0130", "I").lower()
+    if not any(h in lowered for h in _KEYWORD_HINTS):
+        return text
+    pieces: list[str] = []
+    last = 0
+    for m in _ASSIGN.finditer(lowered):
+        new = _assign(m, text)
+        if new is not None:
+            pieces += (text[last : m.start()], new)
+            last = m.end()
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+# --- public API -------------------------------------------------------------
+
+
+def redact(text: str) -> str:
+    """Return ``text`` with secret-looking values replaced by ``<REDACTED>``.
+
+    Returns the very same object when nothing was found, so callers can test
+    ``redact(s) is s``.
+    """
+    if not text:
+        return text
+    for pattern, repl in _SHAPES:
+        new = pattern.sub(repl, text)
+        if new != text:  # re.sub hands back the same object when nothing matched
+            text = new
+    # Last, so values already redacted above are recognised and left alone.
+    return _redact_assignments(text)
+
+
+def redact_value(obj: Any) -> Any:
+    """Redact JSON-like data (task args, payloads, events) recursively.
+
+    Strings are redacted as text; a non-empty string under a secret-ish dict key
+    is replaced entirely. Numbers are kept (``{"max_tokens": 4000}``), and dict
+    keys themselves are not redacted. Returns ``obj`` itself when nothing changed.
+    """
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        out: dict[Any, Any] = {}
+        changed = False
+        for key, value in obj.items():
+            if isinstance(key, str) and isinstance(value, str) and value and is_secret_name(key):
+                new: Any = value if value == REDACTED else REDACTED
+            else:
+                new = redact_value(value)
+            changed = changed or new is not value
+            out[key] = new
+        return out if changed else obj
+    if isinstance(obj, (list, tuple)):
+        items = [redact_value(v) for v in obj]
+        if all(a is b for a, b in zip(items, obj)):
+            return obj
+        return tuple(items) if isinstance(obj, tuple) else items
+    return obj
+
+
+def _redact_block(block: Any) -> Any:
+    # New blocks come from the constructor, not model_copy: model_copy would
+    # carry the cached token count of the old text over to the new one.
+    if isinstance(block, TextBlock):
+        text = redact(block.text)
+        return block if text is block.text else TextBlock(text=text)
+    if isinstance(block, ThinkingBlock):
+        # The API signature no longer matches a changed thinking text; secrets
+        # in history matter more than replaying that block.
+        thinking = redact(block.thinking)
+        if thinking is block.thinking:
+            return block
+        return ThinkingBlock(thinking=thinking, signature=block.signature)
+    if isinstance(block, ToolUseBlock):
+        data = redact_value(block.input)
+        return block if data is block.input else ToolUseBlock(id=block.id, name=block.name, input=data)
+    if isinstance(block, ToolResultBlock):
+        if isinstance(block.content, str):
+            content: Any = redact(block.content)
+            if content is block.content:
+                return block
+        else:
+            content = [_redact_block(p) for p in block.content]
+            if all(a is b for a, b in zip(content, block.content)):
+                return block
+        return ToolResultBlock(tool_use_id=block.tool_use_id, content=content, is_error=block.is_error)
+    return block  # images are opaque
+
+
+def redact_message(msg: Message) -> Message:
+    """Redact a message; returns ``msg`` itself when it was already clean."""
+    blocks = [_redact_block(b) for b in msg.content]
+    if all(a is b for a, b in zip(blocks, msg.content)):
+        return msg
+    return Message(role=msg.role, content=blocks, usage=msg.usage)
+
+
+__all__ = ["REDACTED", "is_secret_name", "redact", "redact_message", "redact_value"]
