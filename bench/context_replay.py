@@ -79,6 +79,7 @@ AGENT = "execute"
 
 DEFAULT_BATCH = Policy.model_fields["batch"].default
 DEFAULT_START = Policy.model_fields["start_tokens"].default
+PAYBACK = Policy.model_fields["payback_calls"].default  # set from --payback
 E_BATCHES = (1, 2, 5, 10)
 SWEEP_STARTS = (0, 5_000, 10_000, 20_000, 40_000)
 SWEEP_BATCHES = (1, 2, 5, 10)
@@ -264,7 +265,8 @@ class ClearPolicy:
 
 class BatonPolicy:
     def __init__(self, history: History, static: StaticPrefix, batch: int, start: int):
-        self.policy = Policy(window=WINDOW, threshold=THRESHOLD, keep_last_steps=KEEP_STEPS, batch=batch, start_tokens=start)
+        self.policy = Policy(window=WINDOW, threshold=THRESHOLD, keep_last_steps=KEEP_STEPS, batch=batch, start_tokens=start,
+                             payback_calls=PAYBACK)
         self.assembler = Assembler(history, self.policy, agent=AGENT, static=static)
         self.event: CompactionEvent | None = None
         self.breaker = CircuitBreaker()
@@ -656,11 +658,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_DOC, help="markdown file; only its context-replay section is rewritten")
     ap.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"B of the default baton policy (d) (Policy default {DEFAULT_BATCH})")
     ap.add_argument("--start", type=int, default=DEFAULT_START, help=f"start size S of (d) and (e) (Policy default {DEFAULT_START})")
+    ap.add_argument("--payback", type=int, default=PAYBACK, help="payback_calls of every baton policy (default: the Policy default)")
     ap.add_argument("--sweep", action="store_true", help="also sweep S x B and report cost ratios")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many runs per data set (0 = all)")
     ap.add_argument("--lookback", type=int, default=LOOKBACK_BLOCKS, help="cache lookback in content blocks (diagnostic; Anthropic: 20)")
     args = ap.parse_args(argv)
+    globals()["PAYBACK"] = args.payback  # read by BatonPolicy in the worker processes (fork)
     started = time.perf_counter()
 
     default = (args.batch, args.start)

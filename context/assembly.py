@@ -29,6 +29,9 @@ from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from context.tokens import TokenEstimator, count_text
 
+# Anthropic prompt-cache prices relative to base input: a read costs 0.1x, a write 1.25x.
+CACHE_READ, CACHE_WRITE = 0.1, 1.25
+
 BRIDGE = (
     "[baton] The conversation above was compacted: the summary stands for everything "
     "before this point. The most recent steps follow verbatim. Continue the task."
@@ -43,7 +46,13 @@ class Policy(BaseModel):
     threshold: int = Field(700_000, gt=0, description="compact when the estimated input passes this")
     keep_last_steps: int = Field(5, ge=1, description="N: steps kept verbatim")
     batch: int = Field(5, ge=1, description="B: steps compressed at a time (hysteresis)")
-    start_tokens: int = Field(0, ge=0, description="layers 3 and 4 wait until the context passes this")
+    # B, the start size and the payback horizon were chosen by bench/context_replay.py
+    # (docs/benchmarks.md): the best worst case over the three recorded data sets.
+    start_tokens: int = Field(10_000, ge=0, description="layers 3 and 4 wait until the context passes this")
+    payback_calls: int = Field(
+        30, ge=0,
+        description="compress a batch only if its saving repays the cache rewrite within this many calls (0: always)",
+    )
     max_tokens: int = Field(8_192, gt=0, description="output reserved in the window (rule 3)")
     result_cap_chars: int = Field(40_000, gt=0, description="verbatim results over this are cut to head + tail")
     kept_cap_chars: int = Field(5_000, gt=0, description="cap for results of steps kept by a compaction")
@@ -178,7 +187,8 @@ class Assembler:
     _compressed: dict[int, Message] = field(default_factory=dict, repr=False)
     _capped: dict[tuple[int, int], Message] = field(default_factory=dict, repr=False)
     _prefix_key: tuple | None = field(default=None, repr=False)
-    _prefix: tuple[list[Message], dict[str, int], int] | None = field(default=None, repr=False)
+    _prefix: tuple[list[Message], dict[str, int], int, int] | None = field(default=None, repr=False)
+    _decisions: dict[int, bool] = field(default_factory=dict, repr=False)
 
     # ---- per-message variants, computed once -------------------------------------
 
@@ -254,18 +264,18 @@ class Assembler:
         if not starts or starts[0] != base:
             starts = [base] + starts
         steps = self.history.steps_in(starts[-1])
-        n_compressed = max(0, (len(steps) - pol.keep_last_steps) // pol.batch * pol.batch) if managed else 0
+        n_batches = max(0, (len(steps) - pol.keep_last_steps) // pol.batch) if managed else 0
         cap_until = event.kept_until if event else 0
 
-        prefix, layers, previous_end = self._stable_prefix(event, head, starts, steps[:n_compressed], managed, cap_until)
-        verbatim = steps[n_compressed:]
-        assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_trim=0, managed=managed)
+        prefix, layers, previous_end, n_compressed = self._stable_prefix(event, head, starts, steps, n_batches, managed, cap_until)
+        verbatim = steps[n_batches * pol.batch :]
+        assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, n_trim=0, managed=managed)
         n_trim = 0
         while self._over_window(assembled) and len(verbatim) - n_trim > pol.min_verbatim_steps:
             n_trim += 1  # emergency: compress the oldest verbatim step's results
-            assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_trim=n_trim, managed=managed)
+            assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, n_trim=n_trim, managed=managed)
         if self._over_window(assembled):
-            assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_trim=n_trim, managed=managed, hard_cap=True)
+            assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, n_trim=n_trim, managed=managed, hard_cap=True)
         if self._over_window(assembled):
             raise ContextOverflow(
                 f"the request needs ~{assembled.estimated_input} input tokens plus {pol.max_tokens} output, "
@@ -286,12 +296,34 @@ class Assembler:
                 msgs.append(self.capped(s + 1, self.policy.kept_cap_chars if small else self.policy.result_cap_chars))
         return msgs
 
-    def _stable_prefix(self, event, head, starts, compressed_steps, managed, cap_until):
+    def _worth_compressing(self, steps: list[int], j: int) -> bool:
+        """Whether batch j of the current round is compressed (decided once, from the log).
+
+        Moving a batch out of the verbatim window rewrites the cache after it: the
+        compressed batch and the N steps that follow it are written again (1.25x).
+        The batch is compressed only if the tokens it saves, read at 0.1x on each
+        later call, repay that within `payback_calls` calls. The inputs of the
+        decision are fixed once the batch becomes eligible, so it never flips.
+        """
+        pol = self.policy
+        if pol.payback_calls == 0:
+            return True
+        key = steps[j * pol.batch]
+        if key not in self._decisions:
+            batch = steps[j * pol.batch : (j + 1) * pol.batch]
+            tail = steps[(j + 1) * pol.batch : (j + 1) * pol.batch + pol.keep_last_steps]
+            raw = sum(m.tokens for s in batch for m in self._step(s, 0))
+            small = sum(m.tokens for s in batch for m in self._step(s, 0, compress=True))
+            rewrite = small + sum(m.tokens for s in tail for m in self._step(s, 0))
+            self._decisions[key] = (raw - small) * CACHE_READ * pol.payback_calls >= rewrite * CACHE_WRITE
+        return self._decisions[key]
+
+    def _stable_prefix(self, event, head, starts, steps, n_batches, managed, cap_until):
         """Layers 2-4, memoised: with hysteresis they change only every B steps."""
-        key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), len(compressed_steps), managed)
+        key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), n_batches, managed)
         if key != self._prefix_key or self._prefix is None:
             view = self.history.view
-            layers = {"summary": sum(m.tokens for m in head), "earlier_rounds": 0, "compressed": 0}
+            layers = {"summary": sum(m.tokens for m in head), "earlier_rounds": 0, "compressed": 0, "kept_batches": 0}
             msgs = list(head)
             for start, end in zip(starts, starts[1:]):
                 if managed:  # layer 3: the opening user message and the final answer only
@@ -307,18 +339,20 @@ class Assembler:
             if view[current].role == "user":
                 msgs.append(view[current])  # the current round's opening message
                 layers["earlier_rounds"] += view[current].tokens
-            batch_ends = [len(msgs) - 1]
-            for k, s in enumerate(compressed_steps, 1):
-                part = self._step(s, cap_until, compress=True)
-                msgs += part
-                layers["compressed"] += sum(m.tokens for m in part)
-                if k % self.policy.batch == 0:
-                    batch_ends.append(len(msgs) - 1)
+            batch_ends, n_compressed, b = [len(msgs) - 1], 0, self.policy.batch
+            for j in range(n_batches):
+                compress = self._worth_compressing(steps, j)
+                for s in steps[j * b : (j + 1) * b]:
+                    part = self._step(s, cap_until, compress=compress)
+                    msgs += part
+                    layers["compressed" if compress else "kept_batches"] += sum(m.tokens for m in part)
+                n_compressed += b if compress else 0
+                batch_ends.append(len(msgs) - 1)
             previous_end = batch_ends[-2] if len(batch_ends) > 1 else -1
-            self._prefix_key, self._prefix = key, (msgs, layers, previous_end)
+            self._prefix_key, self._prefix = key, (msgs, layers, previous_end, n_compressed)
         return self._prefix
 
-    def _build(self, prefix, layers, verbatim, cap_until, *, previous_end: int, n_compressed: int, n_trim: int, managed: bool, hard_cap: bool = False) -> Assembled:
+    def _build(self, prefix, layers, verbatim, cap_until, *, previous_end: int, n_compressed: int, n_kept: int, n_trim: int, managed: bool, hard_cap: bool = False) -> Assembled:
         out = list(prefix)
         stable_end = len(out) - 1
         layers = {"system_and_tools": self.static.tokens, **layers, "verbatim": 0}
@@ -332,7 +366,7 @@ class Assembler:
         estimate = self.estimator.estimate_raw(raw, len(out), n_blocks)
         return Assembled(
             out, breakpoints, layers, estimate,
-            compressed_steps=n_compressed + n_trim, verbatim_steps=len(verbatim) - n_trim,
+            compressed_steps=n_compressed + n_trim, verbatim_steps=len(verbatim) - n_trim + n_kept,
             trimmed_steps=n_trim, managed=managed,
         )
 

@@ -33,7 +33,8 @@ def run_log(n_steps: int, result: str = "line\n" * 200, rounds: int = 1) -> Hist
 
 
 def policy(**kw) -> Policy:
-    return Policy(**{"window": 200_000, "threshold": 150_000, "keep_last_steps": 3, "batch": 1, **kw})
+    """The mechanism without the cost gates (start size, payback), unless a test sets them."""
+    return Policy(**{"window": 200_000, "threshold": 150_000, "keep_last_steps": 3, "batch": 1, "start_tokens": 0, "payback_calls": 0, **kw})
 
 
 def test_policy_rejects_threshold_above_window():
@@ -162,6 +163,7 @@ policies = st.builds(
     keep_last_steps=st.integers(1, 6),
     batch=st.integers(1, 6),
     start_tokens=st.sampled_from([0, 0, 50, 500, 10**9]),
+    payback_calls=st.sampled_from([0, 0, 1, 30]),
 )
 
 
@@ -312,3 +314,26 @@ def test_breakpoints_include_the_previous_batch_end():
     req = a.to_request(StaticPrefix(system="s", tools=[{"name": "t"}]), model="m", max_tokens=1)
     marks = sum("cache_control" in m["content"][-1] for m in req["messages"]) + 1 + ("cache_control" in req["tools"][-1])
     assert marks <= 4
+
+
+def test_payback_compresses_only_batches_that_repay_the_cache_rewrite():
+    h = History(redact=False)
+    h.append(user("task"))
+    k = 0
+    for size in ["ok"] * 5 + ["line of output\n" * 2_000] * 5 + ["ok"] * 5:  # small, big, small batches
+        k += 1
+        for m in step(k, size):
+            h.append(m)
+    a = Assembler(h, policy(batch=5, keep_last_steps=3, payback_calls=30)).assemble()
+    validate(a.messages)
+    # batch 1 (tiny results) saves nothing and stays verbatim; batch 2 (big results) is compressed
+    assert a.compressed_steps == 5 and a.verbatim_steps == 10
+    assert a.messages[2] is h.view[2] and a.messages[12].tool_results[0].text != h.view[12].tool_results[0].text
+    assert a.layers["kept_batches"] > 0
+    always = Assembler(h, policy(batch=5, keep_last_steps=3, payback_calls=0)).assemble()
+    assert always.compressed_steps == 10
+
+
+def test_defaults_come_from_the_benchmark():
+    p = Policy()
+    assert (p.batch, p.start_tokens, p.payback_calls, p.keep_last_steps) == (5, 10_000, 30, 5)
