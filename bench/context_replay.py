@@ -751,9 +751,14 @@ def main(argv: list[str] | None = None) -> int:
         f"of all but the last {MASK_KEEP} tool results (`{MASK_TEXT.format(n='N')}`); (c) Anthropic's "
         "`clear_tool_uses` defaults whenever the full request passes the trigger; (d) baton's `Assembler` with "
         f"N={KEEP_STEPS}, B={args.batch}, start size S={args.start:,}, compacting (deterministic fallback summary, "
-        f"`call=None`) when `Assembler.should_compact` says so (estimate over the threshold and something new to cover); the summary call is charged as its input (with its "
-        f"own cache read) plus {SUMMARY_OUTPUT:,} output tokens; (e) baton with other B. Baselines mark one cache "
-        "breakpoint on the last message; baton marks `Assembled.breakpoints`.",
+        f"`call=None`) when `Assembler.should_compact` says so (estimate over the threshold and something new to "
+        f"cover); the summary call is charged as its input (with its "
+        f"own cache read) plus {SUMMARY_OUTPUT:,} output tokens, payback {PAYBACK} calls; (e) baton with other B. "
+        "Breakpoints: (a) and (c) one on the last message (as Claude Code does); (b) one at the end of its masked "
+        "prefix and one on the last message, the same strategy baton uses and the one the issue's reference numbers "
+        "were measured with; (b') only the last message, shown to make the point that per-step masking without a "
+        "prefix breakpoint misses the cache every step; baton marks `Assembled.breakpoints` (previous batch end, "
+        "stable end, last message).",
         "",
         "Recall: for each tool call, the identifiers in its input (paths, ids, 4+-digit numbers, quoted strings, "
         "short id-like values) that first appeared in an earlier tool result; *visible* = the string occurs in "
