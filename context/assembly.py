@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -269,13 +269,16 @@ class Assembler:
 
         prefix, layers, previous_end, n_compressed = self._stable_prefix(event, head, starts, steps, n_batches, managed, cap_until)
         verbatim = steps[n_batches * pol.batch :]
-        assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, n_trim=0, managed=managed)
-        n_trim = 0
+        build = partial(
+            self._build, prefix, layers, verbatim, cap_until, previous_end=previous_end,
+            n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, managed=managed,
+        )
+        assembled, n_trim = build(n_trim=0), 0
         while self._over_window(assembled) and len(verbatim) - n_trim > pol.min_verbatim_steps:
             n_trim += 1  # emergency: compress the oldest verbatim step's results
-            assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, n_trim=n_trim, managed=managed)
+            assembled = build(n_trim=n_trim)
         if self._over_window(assembled):
-            assembled = self._build(prefix, layers, verbatim, cap_until, previous_end=previous_end, n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, n_trim=n_trim, managed=managed, hard_cap=True)
+            assembled = build(n_trim=n_trim, hard_cap=True)
         if self._over_window(assembled):
             raise ContextOverflow(
                 f"the request needs ~{assembled.estimated_input} input tokens plus {pol.max_tokens} output, "
@@ -320,7 +323,9 @@ class Assembler:
 
     def _stable_prefix(self, event, head, starts, steps, n_batches, managed, cap_until):
         """Layers 2-4, memoised: with hysteresis they change only every B steps."""
-        key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), n_batches, managed)
+        # The current round's opening message may be the last view message, which a
+        # following user message can still merge into: its identity is part of the key.
+        key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), id(self.history.view[starts[-1]]), n_batches, managed)
         if key != self._prefix_key or self._prefix is None:
             view = self.history.view
             layers = {"summary": sum(m.tokens for m in head), "earlier_rounds": 0, "compressed": 0, "kept_batches": 0}

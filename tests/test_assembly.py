@@ -337,3 +337,15 @@ def test_payback_compresses_only_batches_that_repay_the_cache_rewrite():
 def test_defaults_come_from_the_benchmark():
     p = Policy()
     assert (p.batch, p.start_tokens, p.payback_calls, p.keep_last_steps) == (5, 10_000, 30, 5)
+
+
+def test_a_merged_opening_message_is_not_served_stale_from_the_prefix_memo():
+    h = run_log(3)
+    h.append(assistant("done"))
+    h.append(user("new question"))  # opens a round: the last view message is its opening message
+    asm = Assembler(h, policy())
+    first = asm.assemble()
+    h.append(user("also this"))  # merges into that opening message
+    second = asm.assemble()
+    validate(second.messages)
+    assert second.messages[-1].text == "new question\nalso this" and first.messages[-1].text == "new question"
