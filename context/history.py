@@ -14,12 +14,7 @@ from typing import Iterable
 
 from context.messages import Message
 from context.protocol import Repairer
-
-
-def _redact(msg: Message) -> Message:
-    from context.redaction import redact_message  # late: keeps import order simple for helpers
-
-    return redact_message(msg)
+from context.redaction import redact_message
 
 
 class History:
@@ -49,7 +44,7 @@ class History:
 
     def append(self, msg: Message) -> None:
         if self._redact:
-            msg = _redact(msg)
+            msg = redact_message(msg)  # secrets never enter the view, the requests or summaries
         view = self._fold.view
         before = len(view)
         self._fold.push(msg)
