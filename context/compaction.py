@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from context.assembly import Assembled, Assembler, CompactionEvent, kept_from
 from context.compression import archive_ref
 from context.history import History
-from context.messages import Message, TextBlock, ToolResultBlock, Usage
+from context.messages import Message, TextBlock, Usage
 from context.redaction import redact_value
 
 Role = Literal["init", "execute"]
@@ -290,7 +290,7 @@ def compact(
     request = summary_request(assembled, prompt)
     summary, usage, error = None, None, None
     if call is not None and not breaker.open:
-        for attempt in range(2):
+        for _attempt in range(2):  # the first answer, then one retry with the error
             try:
                 reply = call(request, timeout_s)
                 usage = reply.usage

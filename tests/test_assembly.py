@@ -2,7 +2,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context.assembly import BRIDGE, Assembler, CompactionEvent, ContextOverflow, Policy, StaticPrefix
+from context.assembly import BRIDGE, Assembler, ContextOverflow, Policy, StaticPrefix
 from context.compaction import CircuitBreaker, compact
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, assistant, user
