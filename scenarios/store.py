@@ -1,0 +1,223 @@
+"""The scenario folder on disk (SPEC §6): layout, atomic writes, fsynced appends.
+
+Everything an agent produces or remembers lives here, so a run can be inspected
+and resumed from disk alone. Two write primitives only:
+
+- ``write_atomic``: temp file in the same folder, fsync, rename, fsync the folder;
+  a reader sees the old file or the new one, never half of either.
+- ``append_jsonl``: one JSON object a line, fsynced before returning. A crash can
+  leave a torn last line; ``read_jsonl`` reports it and ignores it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+AGENTS = ("init", "execute")
+
+
+class StoreError(ValueError):
+    """A problem with the scenario folder; the message says what to do."""
+
+
+def check_name(name: str) -> str:
+    """Scenario names become folder names and Celery arguments: safe characters only."""
+    if not isinstance(name, str) or not SAFE_NAME.match(name) or ".." in name:
+        raise StoreError(
+            f"invalid scenario name {name!r}: use 1-64 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit (no '/', no '..')"
+        )
+    return name
+
+
+# ---- writes --------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (temp file, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_json(path: Path, value: Any) -> None:
+    write_atomic(path, json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+
+
+def append_jsonl(path: Path, record: Any) -> None:
+    """Append one record as a line and fsync. A torn line left by an earlier crash
+    is ended first, so it stays one bad line instead of corrupting this record."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    if "\n" in line:  # json.dumps escapes newlines; this guards the one-line invariant
+        raise StoreError("a JSONL record must serialise to one line")
+    with open(path, "ab+") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+        fh.write(line.encode("utf-8") + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# ---- reads ---------------------------------------------------------------------
+
+
+@dataclass
+class JsonlRead:
+    records: list[Any] = field(default_factory=list)
+    # Lines that did not parse: (line number, first characters). A torn *last* line
+    # is the expected result of a crash mid-append; others mean the file was edited.
+    bad_lines: list[tuple[int, str]] = field(default_factory=list)
+    torn_tail: bool = False
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"line {n}: not valid JSON ({text!r}); ignored" for n, text in self.bad_lines]
+
+
+def read_jsonl(path: Path) -> JsonlRead:
+    """All records of a ``.jsonl`` file; unparsable lines are reported, never fatal."""
+    out = JsonlRead()
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return out
+    lines = raw.split(b"\n")
+    ends_clean = raw.endswith(b"\n") or not raw
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.records.append(json.loads(line.decode("utf-8")))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            out.bad_lines.append((number, line[:60].decode("utf-8", "replace")))
+            if number == len(lines) and not ends_clean:
+                out.torn_tail = True
+    return out
+
+
+def read_json(path: Path, what: str) -> Any:
+    """A JSON file, or a StoreError naming the file and what to do."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StoreError(f"{what} not found at {path}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{what} at {path} is not valid JSON ({exc}); fix or delete the file") from None
+
+
+# ---- layout --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of one scenario folder (SPEC §6)."""
+
+    root: Path
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def toml(self) -> Path:
+        return self.root / "scenario.toml"
+
+    @property
+    def brief(self) -> Path:
+        return self.root / "brief.md"
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def design(self) -> Path:
+        return self.root / "design"
+
+    def handoffs(self, iteration: int) -> Path:
+        return self.root / "handoffs" / f"iteration_{iteration}"
+
+    def outputs(self, iteration: int) -> Path:
+        return self.root / "execution_outputs" / f"iteration_{iteration}"
+
+    def state(self, agent: str) -> Path:
+        if agent not in AGENTS:
+            raise StoreError(f"unknown agent {agent!r}; expected one of {AGENTS}")
+        return self.root / "state" / agent
+
+    def log(self, agent: str) -> Path:
+        return self.state(agent) / "log.jsonl"
+
+    def events(self, agent: str) -> Path:
+        return self.state(agent) / "events.jsonl"
+
+    def tool_results(self, agent: str) -> Path:
+        return self.state(agent) / "tool_results"
+
+
+def inside(root: Path, relative: str) -> Path:
+    """``root/relative`` resolved, or StoreError if it would leave ``root``.
+
+    Refuses absolute paths, ``..`` segments and symlinks (at any level) that
+    point outside the folder. The path need not exist.
+    """
+    root = Path(root).resolve()
+    text = str(relative).strip()
+    if not text:
+        raise StoreError("empty path; give a path relative to the scenario folder")
+    if "\x00" in text:
+        raise StoreError("path contains a NUL byte")
+    if text.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", text):
+        raise StoreError(f"{text!r} is absolute; give a path relative to the scenario folder")
+    if ".." in re.split(r"[\\/]", text):
+        raise StoreError(f"{text!r} contains '..'; paths must stay inside the scenario folder")
+    target = (root / text).resolve()
+    if target != root and root not in target.parents:
+        raise StoreError(f"{text!r} leaves the scenario folder through a symlink; refused")
+    return target
+
+
+def relative(root: Path, path: Path) -> str:
+    """``path`` as the agents see it: relative to the scenario folder, '/' separated."""
+    rel = Path(path).resolve().relative_to(Path(root).resolve())
+    return rel.as_posix() or "."
