@@ -28,6 +28,7 @@ class ModelRequest(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     temperature: float | None = None
     betas: list[str] = Field(default_factory=list)
+    tool_choice: dict[str, Any] | None = None  # {"type": "none"} for summaries: text only
     timeout_s: float | None = None
     purpose: Literal["step", "summary"] = "step"
 
@@ -71,6 +72,6 @@ class BadResponse(ModelError):
 
 
 class Model(Protocol):
-    label: str  # "anthropic:<model>" or "simulated"
+    label: str  # "anthropic" or "simulated"
 
     def create(self, request: ModelRequest) -> ModelResponse: ...

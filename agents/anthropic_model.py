@@ -1,0 +1,391 @@
+"""The real model: Anthropic's Messages API through the official SDK.
+
+baton does its own retries (the SDK client is built with ``max_retries=0``) so
+every retry is logged, testable with an injected ``sleep`` and random source,
+and ends in one of the typed errors of ``agents.models``:
+
+- 429, 529, other 5xx, 408, timeouts, connection errors: retried with
+  exponential backoff and jitter (or the server's ``retry-after``), then
+  ``ModelUnavailable``;
+- 400 "prompt is too long" and 413: ``PromptTooLong`` at once (compaction fixes it);
+- any other 4xx: ``ModelError`` at once (retrying cannot fix it);
+- a 200 whose body is not a Messages response: ``BadResponse``.
+
+The API key never appears in ``repr``, logs or error text.
+
+``request.temperature`` is not sent: SDK 2.x has no such argument and the API
+version it speaks (``anthropic-version: 2026-10-21``) rejects sampling parameters.
+
+Note on SDK 2.x: it runs on ``httpx2`` (not ``httpx``), so a custom
+``http_client`` must be an ``httpx2.Client``; the SDK rejects an ``httpx.Client``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anthropic
+from pydantic import ValidationError
+
+from agents.models import (
+    BadResponse,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ModelUnavailable,
+    PromptTooLong,
+)
+from context.messages import TextBlock, ThinkingBlock, ToolUseBlock, Usage
+
+if TYPE_CHECKING:  # the SDK's transport; only needed for the type hints
+    from collections.abc import Mapping
+
+    import httpx2
+
+log = logging.getLogger(__name__)
+E = TypeVar("E", bound=ModelError)
+
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+MAX_CACHE_MARKERS = 4  # the API rejects a request with more cache_control breakpoints
+EPHEMERAL = {"type": "ephemeral"}
+# Without an explicit timeout the SDK refuses non-streaming calls whose max_tokens
+# suggest more than 10 minutes of generation; an explicit one skips that guard.
+DEFAULT_TIMEOUT_S = 600.0
+RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx, 529 "overloaded" included
+# Wordings of "the input does not fit": compaction is the cure for all of them.
+TOO_LONG_MARKERS = ("prompt is too long", "exceed context limit")
+BLOCK_TYPES = {"text": TextBlock, "tool_use": ToolUseBlock, "thinking": ThinkingBlock}
+
+
+class MissingApiKey(ModelError):
+    """No API key: the real model cannot be used on this machine."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """One failed attempt, described without the SDK exception (which holds the key)."""
+
+    description: str
+    status: int | None = None
+    error_type: str | None = None
+    request_id: str | None = None
+    retry_after: float | None = None
+
+
+class AnthropicModel:
+    """``Model`` backed by the Anthropic SDK, with logged, injectable retries."""
+
+    label = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx2.Client | None = None,
+        max_retries: int = 5,
+        base_delay_s: float = 1.0,
+        max_delay_s: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        key = api_key or os.environ.get(API_KEY_ENV)
+        if not key:
+            raise MissingApiKey(
+                f"No Anthropic API key: set {API_KEY_ENV} to use the real model, "
+                "or run with the simulated model (offline, deterministic)."
+            )
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self._api_key = key
+        self._base_url = base_url
+        self.max_retries = max_retries
+        self.base_delay_s = base_delay_s
+        self.max_delay_s = max_delay_s
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._temperature_noted = False
+        # max_retries=0: the SDK must not retry behind our back (unlogged, untestable).
+        self._client = anthropic.Anthropic(
+            api_key=key, base_url=base_url, http_client=http_client, max_retries=0
+        )
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel(base_url={self._base_url!r}, max_retries={self.max_retries})"
+
+    __str__ = __repr__
+
+    def create(self, request: ModelRequest) -> ModelResponse:
+        self._note_temperature(request)
+        kwargs = call_kwargs(request)
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            outcome = self._attempt(kwargs, request.betas)
+            if isinstance(outcome, bytes):
+                return parse_response(outcome)
+            failure = outcome
+            if attempt + 1 == attempts:
+                break
+            delay = self._delay(attempt, failure.retry_after)
+            log.warning(
+                "anthropic call failed (%s); attempt %d/%d, retrying in %.2fs",
+                failure.description, attempt + 1, attempts, delay,
+            )
+            self._sleep(delay)
+        raise _unavailable(failure, attempts)
+
+    # -- one HTTP attempt -------------------------------------------------
+
+    def _attempt(self, kwargs: dict[str, Any], betas: list[str]) -> bytes | _Failure:
+        """Send once: the raw body, or a retryable failure; any other error is raised.
+
+        It is raised outside the ``except`` block so the SDK exception (whose
+        request carries the auth header) is not chained onto ours.
+        """
+        try:
+            return self._send(kwargs, betas).http_response.content
+        except anthropic.AnthropicError as err:
+            outcome = self._classify(err)
+        if isinstance(outcome, ModelError):
+            raise outcome
+        return outcome
+
+    def _send(self, kwargs: dict[str, Any], betas: list[str]) -> Any:
+        # Raw response: we parse the JSON ourselves, because the SDK's lenient
+        # parsing turns a bad body into a str, a Message with content=None, or a
+        # bare JSONDecodeError depending on the content-type.
+        if betas:
+            # The beta endpoint sends the list as one comma-joined `anthropic-beta` header.
+            return self._client.beta.messages.with_raw_response.create(**kwargs, betas=list(betas))
+        return self._client.messages.with_raw_response.create(**kwargs)
+
+    def _classify(self, err: anthropic.AnthropicError) -> _Failure | ModelError:
+        """A retryable failure, or the error to raise now."""
+        if isinstance(err, anthropic.APIStatusError):
+            return self._status_outcome(err)
+        if isinstance(err, anthropic.APITimeoutError):
+            return _Failure("timeout")
+        if isinstance(err, anthropic.APIConnectionError):
+            cause = err.__cause__
+            detail = f"{type(cause).__name__}: {cause}" if cause is not None else err.message
+            return _Failure(self._scrub(f"connection error: {detail}"))
+        if isinstance(err, anthropic.APIResponseValidationError):
+            return BadResponse(self._scrub(f"Anthropic API response failed validation: {err.message}"))
+        return ModelError(self._scrub(f"Anthropic SDK error: {type(err).__name__}: {err}"))
+
+    def _status_outcome(self, err: anthropic.APIStatusError) -> _Failure | ModelError:
+        status = err.status_code
+        message = self._scrub(_api_message(err))
+        error_type = err.type if isinstance(err.type, str) else None
+        description = f"HTTP {status}" + (f" {error_type}" if error_type else "") + f": {message}"
+        if status in RETRYABLE_STATUS or status >= 500:
+            return _Failure(description, status, error_type, err.request_id, retry_after_s(err.response.headers))
+        if status == 413 or (status == 400 and _is_too_long(message)):
+            error: ModelError = PromptTooLong(f"Anthropic API: prompt too long ({description})")
+        else:
+            error = ModelError(f"Anthropic API error ({description})")
+        return _tag(error, status=status, error_type=error_type, request_id=err.request_id, attempts=1)
+
+    # -- helpers ----------------------------------------------------------
+
+    def _note_temperature(self, request: ModelRequest) -> None:
+        """Say once that temperature is dropped: SDK 2.x has no such argument and the
+        API version it sends (2026-10-21) answers 400 to any temperature, even 1.0."""
+        if request.temperature is None or self._temperature_noted:
+            return
+        self._temperature_noted = True
+        log.info(
+            "temperature=%s not sent: API version %s does not accept sampling parameters",
+            request.temperature, self._client.default_headers.get("anthropic-version"),
+        )
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """The server's retry-after if given, else exponential backoff with jitter; capped."""
+        if retry_after is not None and math.isfinite(retry_after):
+            return min(max(retry_after, 0.0), self.max_delay_s)
+        ceiling = min(self.max_delay_s, self.base_delay_s * 2**attempt)
+        # Jitter spreads retries of many workers apart; the 0.5 floor keeps the backoff real.
+        return ceiling * self._rng.uniform(0.5, 1.0)
+
+    def _scrub(self, text: str) -> str:
+        """Remove the API key from text that may have echoed it (error bodies, causes)."""
+        return text.replace(self._api_key, "<REDACTED>") if self._api_key else text
+
+
+# -- request ---------------------------------------------------------------
+
+
+def call_kwargs(request: ModelRequest) -> dict[str, Any]:
+    """SDK keyword arguments for one request; the request itself is never mutated."""
+    kwargs: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": request.messages,
+        "timeout": request.timeout_s if request.timeout_s is not None else DEFAULT_TIMEOUT_S,
+    }
+    if request.system:
+        kwargs["system"] = request.system
+    if request.tools:
+        kwargs["tools"] = with_tool_breakpoint(request)
+    return kwargs
+
+
+def with_tool_breakpoint(request: ModelRequest) -> list[dict[str, Any]]:
+    """The tool list with a cache breakpoint on its last tool, if one is still allowed."""
+    tools = list(request.tools)
+    if "cache_control" in tools[-1] or count_cache_markers(request) >= MAX_CACHE_MARKERS:
+        return tools
+    tools[-1] = {**tools[-1], "cache_control": dict(EPHEMERAL)}
+    return tools
+
+
+def count_cache_markers(request: ModelRequest) -> int:
+    """cache_control markers where the API counts them: system blocks, message
+    blocks (tool_result parts too) and tools. Not a deep search: a tool's
+    input schema may legitimately have a property called ``cache_control``."""
+    count = 0
+    if isinstance(request.system, list):
+        count += _marked(request.system)
+    for message in request.messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        count += _marked(content)
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("content"), list):
+                count += _marked(block["content"])
+    return count + _marked(request.tools)
+
+
+def _marked(blocks: list[Any]) -> int:
+    return sum(1 for b in blocks if isinstance(b, dict) and b.get("cache_control"))
+
+
+# -- response --------------------------------------------------------------
+
+
+def parse_response(body: bytes) -> ModelResponse:
+    """A raw Messages API body -> ModelResponse; BadResponse names what is wrong."""
+    try:
+        data = json.loads(body)
+    except ValueError as err:
+        raise BadResponse(f"Anthropic API response is not valid JSON ({err}): {_preview(body)}") from None
+    if not isinstance(data, dict):
+        raise BadResponse(f"Anthropic API response is a JSON {type(data).__name__}, not a message object")
+    if data.get("type", "message") != "message":
+        raise BadResponse(f"Anthropic API response has type {data.get('type')!r}, expected 'message'")
+    content = data.get("content")
+    if not isinstance(content, list):
+        what = "is missing 'content'" if content is None else f"has 'content' of type {type(content).__name__}"
+        raise BadResponse(f"Anthropic API response {what} (expected a list of blocks)")
+    return ModelResponse(
+        id=_str(data.get("id")),
+        model=_str(data.get("model")),
+        content=_blocks(content),
+        stop_reason=data.get("stop_reason") if isinstance(data.get("stop_reason"), str) else None,
+        usage=_usage(data.get("usage")),
+    )
+
+
+def _blocks(content: list[Any]) -> list[Any]:
+    blocks = []
+    for i, raw in enumerate(content):
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        cls = BLOCK_TYPES.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            # Server tool blocks, redacted thinking, future types: not part of
+            # baton's history format, so they are dropped (the text around them is kept).
+            log.info("skipping content block %d of type %r in the response", i, kind)
+            continue
+        try:
+            blocks.append(cls.model_validate(raw))
+        except ValidationError as err:
+            raise BadResponse(f"Anthropic API response: content block {i} ({kind}) is invalid: {_first_error(err)}") from None
+    return blocks
+
+
+def _usage(raw: Any) -> Usage:
+    if raw is None:
+        log.warning("Anthropic API response has no usage; counting zero tokens")
+        return Usage()
+    if not isinstance(raw, dict):
+        raise BadResponse(f"Anthropic API response has 'usage' of type {type(raw).__name__}")
+    try:
+        return Usage.model_validate(raw)  # None cache counts become 0
+    except ValidationError as err:
+        raise BadResponse(f"Anthropic API response: usage is invalid: {_first_error(err)}") from None
+
+
+# -- errors and headers ----------------------------------------------------
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked us to wait: retry-after-ms, retry-after seconds or HTTP date."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp() - time.time()
+
+
+def _api_message(err: anthropic.APIStatusError) -> str:
+    """The API's own error message, else a short preview of the body."""
+    if isinstance(err.api_message, str) and err.api_message:
+        return err.api_message
+    body = err.body
+    text = body if isinstance(body, str) else json.dumps(body, default=str)
+    return _preview(text.encode()) or "(empty body)"
+
+
+def _is_too_long(message: str) -> bool:
+    lowered = message.lower()
+    return any(marker in lowered for marker in TOO_LONG_MARKERS)
+
+
+def _unavailable(failure: _Failure, attempts: int) -> ModelUnavailable:
+    error = ModelUnavailable(f"Anthropic API unavailable after {attempts} attempt(s): {failure.description}")
+    return _tag(error, status=failure.status, error_type=failure.error_type, request_id=failure.request_id, attempts=attempts)
+
+
+def _tag(error: E, **fields: Any) -> E:
+    """Attach what callers may branch on or log (status, attempts, request id)."""
+    for name, value in fields.items():
+        setattr(error, name, value)
+    return error
+
+
+def _first_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "block"
+    return f"{where}: {first['msg']}"
+
+
+def _preview(body: bytes, limit: int = 200) -> str:
+    text = body.decode("utf-8", errors="replace").strip()
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
