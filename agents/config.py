@@ -85,7 +85,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "start_tokens": 2_000,
         "max_tokens": 2_048,
         "summary_max_tokens": 1_500,
-        "init": {"window": 12_000, "threshold": 9_000},
+        "init": {"window": 16_000, "threshold": 11_000},
         "execute": {"window": 24_000, "threshold": 18_000},
     },
 }

@@ -1,0 +1,97 @@
+"""``SubmitHandoff``: the only way an agent ends its turn (SPEC §7).
+
+The payload is validated with the models of ``context.handoff`` and checked
+against the folder (the files it names exist, the totals agree with the
+evaluation report); an invalid payload comes back as a tool error naming each
+problem, so the model fixes it and calls again. An accepted payload is written
+atomically to ``handoffs/iteration_<n>/<kind>_context.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agents.tooling import ToolContext, ToolResult, error, ok
+from context.handoff import (
+    ExecuteToInit,
+    InitToExecute,
+    PayloadError,
+    parse_payload_dict,
+    payload_dict,
+    payload_json_schema,
+)
+from scenarios.store import Layout, StoreError, read_json, relative, write_json
+
+KIND = {"init": "init_to_execute", "execute": "execute_to_init"}
+
+
+def handoff_path(root: Path, iteration: int, kind: str) -> Path:
+    return Layout(root).handoffs(iteration) / f"{kind}_context.json"
+
+
+class SubmitHandoff:
+    name = "SubmitHandoff"
+
+    def __init__(self, role: str):
+        self.kind = KIND[role]
+        self.description = (
+            f"End your turn by handing your work to the other agent. `payload` is the {self.kind} "
+            "payload (fields below). It is validated: if a field is missing or wrong you get an "
+            "error listing each problem; fix them and call SubmitHandoff again. On success your turn ends."
+        )
+        self.input_schema = {
+            "type": "object",
+            "properties": {"payload": payload_json_schema(self.kind)},
+            "required": ["payload"],
+            "additionalProperties": False,
+        }
+
+    def run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        try:
+            payload = parse_payload_dict(self.kind, tool_input.get("payload"))
+        except PayloadError as exc:
+            return error(str(exc))
+        problems = _folder_problems(payload, ctx)
+        if problems:
+            bullets = "\n".join(f"- {p}" for p in problems)
+            return error(f"the payload does not match the scenario folder:\n{bullets}\nFix and call SubmitHandoff again.")
+        path = handoff_path(ctx.root, payload.iteration, self.kind)
+        write_json(path, payload_dict(payload))
+        return ok({"accepted": True, "kind": self.kind, "iteration": payload.iteration, "path": relative(ctx.root, path)}, ends_turn=True)
+
+
+def _folder_problems(payload: InitToExecute | ExecuteToInit, ctx: ToolContext) -> list[str]:
+    problems = []
+    if payload.iteration != ctx.iteration:
+        problems.append(f"iteration: this is iteration {ctx.iteration}, not {payload.iteration}")
+    if isinstance(payload, InitToExecute):
+        for i, name in enumerate(payload.design_files):
+            if not _exists(ctx, name, file=True):
+                problems.append(f"design_files[{i}]: {name!r} does not exist; write it first or fix the path")
+        return problems
+    out_dir = payload.execution_output_dir
+    if not _exists(ctx, out_dir, file=False):
+        return [*problems, f"execution_output_dir: {out_dir!r} is not a folder; it should be execution_outputs/iteration_{ctx.iteration}"]
+    report_path = ctx.path(out_dir) / "report.json"
+    if not report_path.exists():
+        return [*problems, f"execution_output_dir: no report.json in {out_dir!r}; run RunEvaluation first"]
+    try:
+        report = read_json(report_path, "the evaluation report")
+    except StoreError as exc:
+        return [*problems, str(exc)]
+    totals = payload.totals
+    if (report.get("total"), report.get("passed")) != (totals.samples, totals.passed):
+        problems.append(
+            f"totals: samples={totals.samples}, passed={totals.passed} but {out_dir}/report.json says "
+            f"total={report.get('total')}, passed={report.get('passed')}; report the latest evaluation"
+        )
+    return problems
+
+
+def _exists(ctx: ToolContext, name: str, *, file: bool) -> bool:
+    try:
+        path = ctx.path(name)
+    except StoreError:
+        return False
+    return path.is_file() if file else path.is_dir()

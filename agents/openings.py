@@ -1,0 +1,50 @@
+"""The opening user message of each turn: what the agent is asked to do now.
+
+Every opening starts with ``Iteration: <n>`` so the agent (and the simulated
+model) always knows which iteration the turn belongs to. Payloads are carried
+in their tagged form (SPEC §7).
+"""
+
+from __future__ import annotations
+
+from context.handoff import ExecuteToInit, InitToExecute, render_payload
+from context.redaction import redact
+
+
+def init_opening(scenario: str, iteration: int, *, feedback: str | None = None, report: ExecuteToInit | None = None) -> str:
+    """Init's opening: the brief (iteration 1), a human's rejection, or Execute's report."""
+    lines = [f"Iteration: {iteration}", f"Scenario: {scenario}", ""]
+    if feedback is not None:
+        lines += [
+            "A human reviewed your design and rejected it with this feedback:",
+            f"<human_feedback>\n{redact(feedback.strip())}\n</human_feedback>",
+            "",
+            f"Revise the design documents under design/ to address it, then call SubmitHandoff again for iteration {iteration}.",
+        ]
+    elif report is not None:
+        lines += [
+            f"Execute finished iteration {report.iteration} below the target success rate. Its report:",
+            render_payload(report),
+            "",
+            (f"Fix the design problems (layer 1) it lists in the design documents, then call SubmitHandoff "
+             f"with an init_to_execute payload for iteration {iteration}, listing what you changed."),
+        ]
+    else:
+        lines += [
+            "Design the scenario described in brief.md (read scenario.toml for the target success rate).",
+            f"Write your design documents under design/, then call SubmitHandoff with an init_to_execute payload for iteration {iteration}.",
+        ]
+    return "\n".join(lines)
+
+
+def execute_opening(payload: InitToExecute) -> str:
+    n = payload.iteration
+    return "\n".join([
+        f"Iteration: {n}",
+        f"Scenario: {payload.scenario}",
+        "",
+        render_payload(payload),
+        "",
+        (f"Generate the tools, checkers and samples under execution_outputs/iteration_{n}/, run RunEvaluation, "
+         "fix the layer 2-4 failures yourself, re-run, then call SubmitHandoff with an execute_to_init payload."),
+    ])
