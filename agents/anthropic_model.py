@@ -236,6 +236,8 @@ def call_kwargs(request: ModelRequest) -> dict[str, Any]:
         kwargs["system"] = request.system
     if request.tools:
         kwargs["tools"] = with_tool_breakpoint(request)
+        if request.tool_choice is not None:  # {"type": "none"}: a summary is text only
+            kwargs["tool_choice"] = request.tool_choice
     return kwargs
 
 

@@ -1,0 +1,82 @@
+"""SubmitHandoff: validation against the payload models and the folder, then an atomic write."""
+
+from __future__ import annotations
+
+import json
+
+from agents.config import AgentConfig
+from agents.handoff_tool import SubmitHandoff
+from agents.tooling import ToolContext, run_tool
+from agents.toolset import tools_for
+
+
+def _init_payload(**over):
+    return {
+        "scenario": "s", "iteration": 1, "design_files": ["design/a.md"], "design_summary": "d",
+        "business_rules": ["R1: x"], "format_spec": "f", "acceptance_criteria": {"target_success_rate": 0.85}, **over,
+    }
+
+
+def _execute_payload(**over):
+    return {
+        "iteration": 1, "execution_output_dir": "execution_outputs/iteration_1", "success_rate": 0.5,
+        "totals": {"samples": 2, "passed": 1, "failed": 1}, "failures_per_layer": {"L1": 1},
+        "layer1_problems_summary": ["s2: R2 vs R3"], "recommendation": "fix R2/R3", **over,
+    }
+
+
+def test_valid_init_payload_is_written_and_ends_the_turn(tmp_path):
+    (tmp_path / "design").mkdir()
+    (tmp_path / "design/a.md").write_text("# design")
+    result = SubmitHandoff("init").run({"payload": _init_payload()}, ToolContext(tmp_path, "init", 1))
+    assert result.status == "ok" and result.ends_turn
+    written = json.loads((tmp_path / "handoffs/iteration_1/init_to_execute_context.json").read_text())
+    assert written["kind"] == "init_to_execute" and written["design_files"] == ["design/a.md"]
+
+
+def test_invalid_payload_comes_back_as_an_error_naming_fields(tmp_path):
+    result = SubmitHandoff("init").run({"payload": _init_payload(iteration=0, design_files=["../x.md"])}, ToolContext(tmp_path, "init", 1))
+    assert result.status == "error" and not result.ends_turn
+    assert "iteration" in result.error and "design_files[0]" in result.error and "call SubmitHandoff again" in result.error
+    assert not (tmp_path / "handoffs").exists()
+
+
+def test_payload_must_match_the_folder(tmp_path):
+    result = SubmitHandoff("init").run({"payload": _init_payload(iteration=2)}, ToolContext(tmp_path, "init", 1))
+    assert "this is iteration 1, not 2" in result.error and "design/a.md" in result.error
+    out = tmp_path / "execution_outputs/iteration_1"
+    out.mkdir(parents=True)
+    no_report = SubmitHandoff("execute").run({"payload": _execute_payload()}, ToolContext(tmp_path, "execute", 1))
+    assert "run RunEvaluation first" in no_report.error
+    (out / "report.json").write_text(json.dumps({"total": 3, "passed": 1}))
+    mismatch = SubmitHandoff("execute").run({"payload": _execute_payload()}, ToolContext(tmp_path, "execute", 1))
+    assert "report.json says total=3" in mismatch.error
+    (out / "report.json").write_text(json.dumps({"total": 2, "passed": 1}))
+    accepted = SubmitHandoff("execute").run({"payload": _execute_payload()}, ToolContext(tmp_path, "execute", 1))
+    assert accepted.status == "ok" and accepted.data["path"] == "handoffs/iteration_1/execute_to_init_context.json"
+
+
+def test_secrets_in_a_payload_are_redacted_on_disk(tmp_path):
+    (tmp_path / "design").mkdir()
+    (tmp_path / "design/a.md").write_text("# design")
+    leaky = _init_payload(design_summary="use api_key=sk-ant-api03-" + "z" * 40)
+    SubmitHandoff("init").run({"payload": leaky}, ToolContext(tmp_path, "init", 1))
+    assert "sk-ant-api03" not in (tmp_path / "handoffs/iteration_1/init_to_execute_context.json").read_text()
+
+
+def test_every_tool_has_a_schema_the_api_accepts():
+    for role in ("init", "execute"):
+        tools = tools_for(AgentConfig(role=role, bash_enabled=True))
+        assert ("RunEvaluation" in tools) == (role == "execute") and "Bash" in tools
+        for tool in tools.values():
+            assert tool.description.strip() and tool.input_schema["type"] == "object"
+            assert "$ref" not in json.dumps(tool.input_schema)  # self-contained
+            json.dumps(tool.input_schema)
+    assert "Bash" not in tools_for(AgentConfig(role="init"))
+
+
+def test_unknown_tool_and_path_escape_are_error_results(tmp_path):
+    tools = tools_for(AgentConfig(role="init"))
+    ctx = ToolContext(tmp_path, "init", 1)
+    assert "unknown tool 'Nope'" in run_tool(tools, "Nope", {}, ctx).error
+    assert run_tool(tools, "Read", {"path": "../../etc/passwd"}, ctx).status == "error"
