@@ -80,6 +80,9 @@ def _folder_problems(payload: InitToExecute | ExecuteToInit, ctx: ToolContext) -
         report = read_json(report_path, "the evaluation report")
     except StoreError as exc:
         return [*problems, str(exc)]
+    if report.get("only"):
+        problems.append(f"{out_dir}/report.json covers only a re-run of {len(report['only'])} sample(s); "
+                        "run RunEvaluation on all samples before handing off")
     totals = payload.totals
     if (report.get("total"), report.get("passed")) != (totals.samples, totals.passed):
         problems.append(

@@ -79,6 +79,7 @@ def test_iteration_one_fails_in_every_layer_then_execute_fixes_layers_2_to_4(run
     assert len(report.fixed_by_execute) == 3
     on_disk = json.loads((root / "execution_outputs/iteration_1/report.json").read_text())
     assert (on_disk["total"], on_disk["passed"]) == (report.totals.samples, report.totals.passed)
+    assert on_disk["run"] == 2 and all(on_disk["previous_runs"][0]["failures_per_layer"][layer] >= 1 for layer in LAYERS)
 
 
 def test_iteration_two_passes(run):

@@ -52,7 +52,7 @@ def test_defaults_equal_the_spec_table(role):
 def test_demo_profile_shrinks_windows():
     configs = resolve_agents(None, env=NO_ENV, profile="demo")
     init, execute = configs["init"], configs["execute"]
-    assert (init.window, init.threshold) == (12_000, 9_000)
+    assert (init.window, init.threshold) == (16_000, 11_000)
     assert (execute.window, execute.threshold) == (24_000, 18_000)
     for config in configs.values():
         assert (config.start_tokens, config.max_tokens, config.summary_max_tokens) == (2_000, 2_048, 1_500)
@@ -67,10 +67,10 @@ def test_default_profile_changes_nothing():
 
 def test_profile_choice_argument_then_environment_then_toml(tmp_path):
     toml = write_toml(tmp_path, 'profile = "demo"\n')
-    assert resolve_config("init", scenario_toml=toml, env=NO_ENV).window == 12_000
+    assert resolve_config("init", scenario_toml=toml, env=NO_ENV).window == 16_000
     assert resolve_config("init", scenario_toml=toml, env={"BATON_PROFILE": "default"}).window == 200_000
     both = resolve_config("init", scenario_toml=toml, env={"BATON_PROFILE": "default"}, profile="demo")
-    assert both.window == 12_000
+    assert both.window == 16_000
 
 
 def test_profile_is_the_lowest_layer(tmp_path):
@@ -236,7 +236,7 @@ def test_error_names_explicit_argument():
 
 
 def test_error_names_profile_as_source():
-    with pytest.raises(ConfigError, match=r"init\.threshold = 9000 \(from profile 'demo'\) must be below "
+    with pytest.raises(ConfigError, match=r"init\.threshold = 11000 \(from profile 'demo'\) must be below "
                                           r"init\.window = 8000 \(from explicit argument\)"):
         resolve_config("init", env=NO_ENV, profile="demo", overrides={"window": 8_000})
 
@@ -259,8 +259,8 @@ def test_timeouts_must_be_positive(field):
 
 
 def test_summary_must_fit_the_window():
-    with pytest.raises(ConfigError, match=r"init\.summary_max_tokens = 12000 .* must be below init\.window = 12000"):
-        resolve_config("init", env=NO_ENV, profile="demo", overrides={"summary_max_tokens": 12_000})
+    with pytest.raises(ConfigError, match=r"init\.summary_max_tokens = 16000 .* must be below init\.window = 16000"):
+        resolve_config("init", env=NO_ENV, profile="demo", overrides={"summary_max_tokens": 16_000})
 
 
 def test_window_cannot_exceed_the_models_window():

@@ -1,0 +1,305 @@
+"""Run one evaluation sample in a child process (spawned by ``agents/evaluation.py``).
+
+Usage: ``python -I eval_child.py <job.json>``. Standalone on purpose: stdlib only,
+no baton imports, because this process runs generated code (tools, checkers) and
+must not carry baton's modules, state or secrets.
+
+The job names the copied ``tools/`` and ``checkers/`` folders, the sample (already
+schema-checked by the parent) and two files this process writes:
+
+- ``progress_path``: the phase we are in ("load", "sample", "actions", "checkers"),
+  rewritten at every step, so the parent can classify a child it had to kill
+  (time limit) or that died (memory, signal) without a result;
+- ``result_path``: the facts of the run, written once at the end. The parent
+  classifies; this process only reports what happened.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import traceback
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MESSAGE_CHARS = 600  # an exception message in a reason; the traceback goes to the trace
+TRACEBACK_CHARS = 4000
+
+
+class DesignIssue(Exception):
+    """Raised by a checker when the design's rules contradict each other or leave
+    the sample's outcome undetermined (layer L1)."""
+
+
+def install_baton_eval() -> None:
+    """Make ``from baton_eval import DesignIssue`` work for checkers without
+    putting any folder of baton on sys.path."""
+    module = types.ModuleType("baton_eval", "What evaluation checkers may import from baton.")
+    DesignIssue.__module__ = "baton_eval"
+    module.DesignIssue = DesignIssue  # type: ignore[attr-defined]
+    module.__all__ = ["DesignIssue"]  # type: ignore[attr-defined]
+    sys.modules["baton_eval"] = module
+
+
+def write_json(path: str, value: Any) -> None:
+    # No fsync: the parent reads this on the same machine after the process ends.
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(value, fh, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
+def jsonable(value: Any) -> Any:
+    """The value as JSON gives it back (int keys become strings, tuples lists),
+    so checkers and the parent see the same thing. Raises ValueError/TypeError."""
+    return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
+
+
+def describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+class Runner:
+    def __init__(self, job: dict[str, Any]):
+        self.job = job
+        self.tools_dir = Path(job["tools_dir"])
+        self.checkers_dir = Path(job["checkers_dir"])
+        self.sample: dict[str, Any] = job["sample"]
+        self.phase = "load"
+        self.detail: dict[str, Any] = {}
+        self.design_issues: list[dict[str, str]] = []
+        self.data: Any = None
+        self.result: dict[str, Any] = {"completed": False, "tools": [], "outputs": [], "checkers": [], "checker_errors": []}
+
+    # ---- bookkeeping ----------------------------------------------------------
+
+    def enter(self, phase: str, **detail: Any) -> None:
+        self.phase, self.detail = phase, detail
+        write_json(self.job["progress_path"], {"phase": phase, **detail, "design_issues": self.design_issues})
+
+    def stop(self, kind: str, message: str, **extra: Any) -> None:
+        self.result["error"] = {"phase": self.phase, "kind": kind, "message": message, **self.detail, **extra}
+
+    def where(self, exc: BaseException) -> dict[str, Any]:
+        """The exception as a short message plus the innermost frame in generated code."""
+        message = f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]
+        frames = traceback.extract_tb(exc.__traceback__)
+        work = str(self.tools_dir.parent)
+        mine = [f for f in frames if f.filename.startswith(work)]
+        location = ""
+        if mine:
+            last = mine[-1]
+            location = f"{os.path.relpath(last.filename, work)}:{last.lineno} in {last.name}"
+        text = "".join(traceback.format_exception(exc)).replace(work + os.sep, "")
+        return {"exception": message, "location": location, "traceback": text[-TRACEBACK_CHARS:]}
+
+    # ---- the run --------------------------------------------------------------
+
+    def run(self) -> None:
+        tools = self.load_tools()
+        if tools is None or not self.check_sample(tools):
+            return
+        data = self.load_data()
+        if data is None:
+            return
+        self.data = data
+        if not self.replay(tools):
+            return
+        self.run_checkers()
+        self.result["completed"] = True
+
+    def load_tools(self) -> dict[str, Callable[..., Any]] | None:
+        self.enter("load", step="tools")
+        path = self.tools_dir / "tools.py"
+        if not path.is_file():
+            self.stop("tools_missing", "tools/tools.py not found; write the tool functions there")
+            return None
+        sys.path.append(str(self.tools_dir))  # appended: a helper module must not shadow the stdlib
+        try:
+            module = load_module("tools", path)
+        except MemoryError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit at import time is a tool bug too
+            info = self.where(exc)
+            self.stop("tools_import", f"tools/tools.py failed to import: {info['exception']}", **info)
+            return None
+        tools = public_functions(module, lambda name: not name.startswith("_"))
+        self.result["tools"] = sorted(tools)
+        if not tools:
+            self.stop("no_tools", "tools/tools.py defines no public function; define def name(data: dict, **args) -> dict")
+            return None
+        return tools
+
+    def check_sample(self, tools: dict[str, Callable[..., Any]]) -> bool:
+        """Every action names a tool and fits its signature (a sample problem, L4)."""
+        self.enter("sample")
+        for index, action in enumerate(self.sample.get("actions", [])):
+            name, args = action["tool"], action.get("args", {})
+            self.detail = {"action": index, "tool": name}
+            if name not in tools:
+                self.stop("unknown_tool", f"action {index} names tool {name!r}, which tools/tools.py does not define; tools: {', '.join(sorted(tools))}")
+                return False
+            signature = inspect.signature(tools[name])
+            try:
+                signature.bind({}, **args)
+            except TypeError as exc:
+                self.stop("bad_args", f"action {index} calls {name}{signature} with args {describe(args)}: {exc}")
+                return False
+        return True
+
+    def load_data(self) -> dict[str, Any] | None:
+        self.enter("load", step="data")
+        path = self.tools_dir / "data.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.stop("data_missing", "tools/data.json not found; write the initial data there as a JSON object")
+            return None
+        except (UnicodeDecodeError, ValueError) as exc:
+            self.stop("data_invalid", f"tools/data.json is not valid JSON: {exc}")
+            return None
+        if not isinstance(data, dict):
+            self.stop("data_invalid", f"tools/data.json must hold a JSON object, not {type(data).__name__}")
+            return None
+        self.result["initial_data"] = copy.deepcopy(data)
+        return data
+
+    def replay(self, tools: dict[str, Callable[..., Any]]) -> bool:
+        outputs: list[Any] = self.result["outputs"]
+        for index, action in enumerate(self.sample.get("actions", [])):
+            name = action["tool"]
+            self.enter("actions", action=index, tool=name)
+            try:
+                output = tools[name](self.data, **copy.deepcopy(action.get("args", {})))
+            except MemoryError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - whatever the tool raises is its failure
+                info = self.where(exc)
+                at = f" at {info['location']}" if info["location"] else ""
+                self.stop("tool_raised", f"action {index}: tool {name} raised {info['exception']}{at}", **info)
+                return False
+            if not isinstance(output, dict):
+                self.stop("bad_output", f"action {index}: tool {name} returned {type(output).__name__} {describe(output)}, not a dict")
+                return False
+            try:
+                outputs.append(jsonable(output))
+            except (TypeError, ValueError) as exc:
+                self.stop("bad_output", f"action {index}: tool {name} returned a dict that is not JSON-serialisable ({exc})")
+                return False
+        self.enter("actions", step="final_data")
+        try:
+            self.result["final_data"] = jsonable(self.data)
+        except (TypeError, ValueError) as exc:
+            self.stop("bad_state", f"the tools left a value in data that is not JSON-serialisable ({exc})")
+            return False
+        return True
+
+    def run_checkers(self) -> None:
+        self.enter("checkers", step="import")
+        checks = self.load_checkers()
+        outcome = {k: self.result[k] for k in ("outputs", "final_data", "initial_data")}
+        for name, check in checks:
+            self.enter("checkers", checker=name)
+            verdict = self.run_checker(name, check, outcome)
+            self.result["checkers"].append(verdict)
+            if verdict["error"] == "design_issue":
+                self.design_issues.append({"checker": name, "message": verdict["reason"]})
+
+    def load_checkers(self) -> list[tuple[str, Callable[..., Any]]]:
+        checks: list[tuple[str, Callable[..., Any]]] = []
+        if not self.checkers_dir.is_dir():
+            return checks
+        sys.path.append(str(self.checkers_dir))  # lets checkers import shared helpers
+        for path in sorted(self.checkers_dir.glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            name = path.stem if path.stem not in sys.modules else f"_checker_{path.stem}"
+            try:
+                module = load_module(name, path)
+            except MemoryError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - an import failure is the checker's
+                info = self.where(exc)
+                self.result["checker_errors"].append({"module": f"checkers/{path.name}", **info})
+                continue
+            found = public_functions(module, lambda n: n.startswith("check_"))
+            checks.extend((f"{path.stem}.{fn}", found[fn]) for fn in found)
+        return checks
+
+    def run_checker(self, name: str, check: Callable[..., Any], outcome: dict[str, Any]) -> dict[str, Any]:
+        verdict: dict[str, Any] = {"checker": name, "passed": None, "reason": "", "error": None}
+        try:
+            value = check(copy.deepcopy(self.sample), copy.deepcopy(outcome))
+        except MemoryError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a checker crash is reported, not fatal
+            # By name too: a checker that defines its own DesignIssue still means L1.
+            if isinstance(exc, DesignIssue) or type(exc).__name__ == "DesignIssue":
+                return {**verdict, "error": "design_issue", "reason": str(exc)[:MESSAGE_CHARS] or "DesignIssue (no message)"}
+            info = self.where(exc)
+            at = f" at {info['location']}" if info["location"] else ""
+            return {**verdict, "error": "raised", "reason": f"raised {info['exception']}{at}", "traceback": info["traceback"]}
+        if isinstance(value, bool):
+            return {**verdict, "passed": value}
+        if isinstance(value, dict) and isinstance(value.get("passed"), bool):
+            reason = value.get("reason", "")
+            return {**verdict, "passed": value["passed"], "reason": (reason if isinstance(reason, str) else repr(reason))[:MESSAGE_CHARS]}
+        return {**verdict, "error": "bad_type", "reason": f"returned {describe(value)}; return {{'passed': bool, 'reason': str}} or a bool"}
+
+    def out_of_memory(self) -> None:
+        # Drop what the generated code built so there is room to write the result.
+        self.data = None
+        self.result.pop("final_data", None)
+        self.result["outputs"] = []
+        gc.collect()
+        self.stop("memory", "memory limit reached (MemoryError)")
+
+
+def load_module(name: str, path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path.name}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # registered first so the module can import itself / be imported by helpers
+    spec.loader.exec_module(module)
+    return module
+
+
+def public_functions(module: types.ModuleType, wanted: Callable[[str], bool]) -> dict[str, Callable[..., Any]]:
+    """Functions defined in ``module`` itself (not imported into it), in source order."""
+    found = [
+        (obj.__code__.co_firstlineno, name, obj)
+        for name, obj in vars(module).items()
+        if wanted(name) and inspect.isfunction(obj) and obj.__module__ == module.__name__
+    ]
+    return {name: obj for _, name, obj in sorted(found, key=lambda item: item[0])}
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    install_baton_eval()
+    runner = Runner(job)
+    out_of_memory = False
+    try:
+        runner.run()
+    except MemoryError:
+        out_of_memory = True
+    # Handled after the except block: until then the exception's traceback keeps
+    # the generated code's frames, and what they allocated, alive.
+    if out_of_memory:
+        runner.out_of_memory()
+    result = {**runner.result, "phase": runner.phase, "design_issues": runner.design_issues}
+    write_json(job["result_path"], result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
