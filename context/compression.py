@@ -132,6 +132,24 @@ class TodoWriteData(_Model):
     todos: list[TodoItem] = []
 
 
+class EvaluationFailure(_Model):
+    sample: str
+    layer: str | None = None
+    reason: str = ""
+
+
+class EvaluationData(_Model):
+    """RunEvaluation: the totals and where the full report is."""
+
+    iteration: int | None = None
+    total: int = 0
+    passed: int = 0
+    success_rate: float = 0.0
+    failures_per_layer: dict[str, int] = {}
+    failures: list[EvaluationFailure] = []
+    report_path: str = ""
+
+
 # Lower-cased tool name -> model of its `data`.
 DATA_MODELS: dict[str, type[_Model]] = {
     "read": ReadData,
@@ -143,6 +161,7 @@ DATA_MODELS: dict[str, type[_Model]] = {
     "multiedit": EditData,
     "write": WriteData,
     "todowrite": TodoWriteData,
+    "runevaluation": EvaluationData,
 }
 
 
@@ -361,6 +380,16 @@ def _json_todo(d: TodoWriteData, _: int) -> str:
     return _todo_recap([(t.content, t.status) for t in d.todos])
 
 
+def _json_evaluation(d: EvaluationData, _: int) -> str:
+    layers = ", ".join(f"{k}={v}" for k, v in sorted(d.failures_per_layer.items()))
+    out = [f"RunEvaluation iteration {d.iteration}: {d.passed}/{d.total} passed (success rate {d.success_rate})",
+           f"failures per layer: {layers or 'none'}; report: {d.report_path}"]
+    out += [f"- {f.sample} [{f.layer}]: {_clip(f.reason, LINE_CHARS)}" for f in d.failures[:5]]
+    if len(d.failures) > 5:
+        out.append(f"... {len(d.failures) - 5} more failures in the report")
+    return "\n".join(out)
+
+
 _JSON_FORMS: dict[str, Callable[[Any, int], str]] = {
     "read": _json_read,
     "bash": _json_bash,
@@ -371,6 +400,7 @@ _JSON_FORMS: dict[str, Callable[[Any, int], str]] = {
     "multiedit": _json_edit,
     "write": _json_write,
     "todowrite": _json_todo,
+    "runevaluation": _json_evaluation,
 }
 
 

@@ -388,3 +388,15 @@ def test_every_recorded_tool_result():
         capped = cap_result(result, ref)
         assert capped is result or (ref in capped.text and len(capped.text) < len(result.text))
     assert len(files) == 3 and seen > 2000 and changed > 300
+
+
+def test_run_evaluation_results_compress_to_totals_and_first_failures():
+    data = {"iteration": 1, "total": 10, "passed": 5, "failed": 5, "success_rate": 0.5,
+            "failures_per_layer": {"L1": 2, "L2": 1, "L3": 1, "L4": 1}, "report_path": "execution_outputs/iteration_1/report.json",
+            "failures": [{"sample": f"s{i}", "layer": "L1", "reason": "R2 and R3 overlap " * 40} for i in range(7)]}
+    use = ToolUseBlock(id="toolu_e", name="RunEvaluation", input={})
+    result = ToolResultBlock(tool_use_id="toolu_e", content=json.dumps({"status": "ok", "data": data, "error": None}))
+    text = compress_result(use, result, archive_ref("execute", "toolu_e")).text
+    assert "5/10 passed" in text and "L1=2" in text and "report.json" in text
+    assert "s4 [L1]" in text and "s5 [L1]" not in text and "2 more failures" in text
+    assert len(text) < len(result.text) / 3
