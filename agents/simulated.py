@@ -30,6 +30,7 @@ from typing import Any
 
 from agents import sim_refund_desk as desk
 from agents.models import ModelError, ModelRequest, ModelResponse
+from agents.tooling import parse_envelope
 from context.messages import Message, TextBlock, ToolUseBlock, Usage, parse_message
 from context.tokens import TokenEstimator, count_text
 
@@ -90,7 +91,7 @@ class Conversation:
         for block in self.messages[-1].tool_results:
             use = uses.get(block.tool_use_id)
             if use is not None:
-                out.append((use.name, dict(use.input), _envelope(block.text)))
+                out.append((use.name, dict(use.input), parse_envelope(block.text) or {"status": "error", "error": block.text[:300]}))
         return out
 
     def written_paths(self) -> list[str]:
@@ -116,14 +117,6 @@ def _strip_cache(content: Any) -> Any:
     if isinstance(content, list):
         return [{k: v for k, v in b.items() if k != "cache_control"} for b in content]
     return content
-
-
-def _envelope(text: str) -> dict[str, Any]:
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return {"status": "error", "error": text[:300]}
-    return body if isinstance(body, dict) else {"status": "error", "error": "not an envelope"}
 
 
 def _payload(text: str, kind: str) -> dict[str, Any] | None:

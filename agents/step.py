@@ -23,7 +23,6 @@ agent in-process until its turn ends (tests, embedded mode).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from pydantic import BaseModel, Field
 from agents.config import AgentConfig
 from agents.models import Model, ModelError, ModelRequest, PromptTooLong
 from agents.prompts import prompt
-from agents.tooling import ToolContext, definition, run_tool
+from agents.tooling import ToolContext, definition, parse_envelope, run_tool
 from agents.toolset import tools_for
 from context.assembly import Assembler, CompactionEvent, ContextOverflow, StaticPrefix
 from context.compaction import CircuitBreaker, KnownFacts, SummaryReply, compact
@@ -222,16 +221,8 @@ class AgentDisk:
         return self.layout.root / archive_ref(self.agent, tool_use_id)
 
 
-def _envelope(text: str) -> dict[str, Any]:
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
 def _accepted_handoff(block: ToolResultBlock) -> bool:
-    data = _envelope(block.text).get("data")
+    data = parse_envelope(block.text).get("data")
     return not block.is_error and isinstance(data, dict) and data.get("accepted") is True
 
 
@@ -295,7 +286,7 @@ def run_step(root: Path, agent: Agent, step: int | None = None, *, fault: Fault 
     pending = disk.pending()
     last = disk.last_step()
     due = pending.step if pending else (last.step + 1 if last else 1)
-    base = {"agent": agent.role, "iteration": disk.iteration(), "threshold": agent.config.threshold, "model": agent.model.label}
+    base = _base(disk, agent)
     if step is not None and step != due:
         when = "already done" if step < due else f"not due yet (the next step is {due})"
         return StepOutcome(step=step, status="skipped", reason=f"step {step} is {when}; nothing to do", **base)
@@ -308,6 +299,11 @@ def run_step(root: Path, agent: Agent, step: int | None = None, *, fault: Fault 
     if disk.steps_this_turn() >= agent.config.max_steps_per_turn:
         return _fail(disk, due, base, f"the turn reached max_steps_per_turn ({agent.config.max_steps_per_turn}) without a handoff")
     return _call_model(disk, agent, due, base, fault)
+
+
+def _base(disk: AgentDisk, agent: Agent) -> dict[str, Any]:
+    """The StepOutcome fields every outcome of this step shares."""
+    return {"agent": agent.role, "iteration": disk.iteration(), "threshold": agent.config.threshold, "model": agent.model.label}
 
 
 def _fail(disk: AgentDisk, step: int, base: dict[str, Any], reason: str) -> StepOutcome:
@@ -395,7 +391,7 @@ def _nudge(disk: AgentDisk, step: int, base: dict[str, Any]) -> StepOutcome:
 
 def _finish_tools(disk: AgentDisk, agent: Agent, record: LogRecord, fault: Fault, base: dict[str, Any] | None = None) -> StepOutcome:
     """Run the tool calls of ``record`` that have no archived result, then persist all results."""
-    base = base or {"agent": agent.role, "iteration": disk.iteration(), "threshold": agent.config.threshold, "model": agent.model.label}
+    base = base or _base(disk, agent)
     uses = parse_message(record.message).tool_uses
     ctx = agent.context(disk.layout.root, record.iteration, disk.state.tool_memory)
     tools = agent.tools()
@@ -410,9 +406,9 @@ def _finish_tools(disk: AgentDisk, agent: Agent, record: LogRecord, fault: Fault
             text = result.text()
             write_atomic(archive, text)
             fault(f"after_tool:{i}", record.step)
-        block = ToolResultBlock(tool_use_id=use.id, content=text, is_error=_envelope(text).get("status") == "error")
+        block = ToolResultBlock(tool_use_id=use.id, content=text, is_error=parse_envelope(text).get("status") == "error")
         if use.name == "SubmitHandoff" and _accepted_handoff(block):
-            handoff = _envelope(text)["data"].get("path")
+            handoff = parse_envelope(text)["data"].get("path")
         blocks.append(block)
     fault("before_persist_results", record.step)
     disk.append("results", record.step, record.iteration, Message(role="user", content=blocks))

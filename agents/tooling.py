@@ -67,6 +67,15 @@ class ToolResult(BaseModel):
         return redact(json.dumps(body, ensure_ascii=False, default=str))
 
 
+def parse_envelope(text: str) -> dict[str, Any]:
+    """A tool_result text read back as its envelope; ``{}`` if it is not one."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
 def ok(data: Any = None, *, ends_turn: bool = False) -> ToolResult:
     return ToolResult(status="ok", data=data, ends_turn=ends_turn)
 
