@@ -1,0 +1,70 @@
+"""``run.json``: the single record of a scenario run's phase, iteration and status."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from scenarios.store import Layout, StoreError, write_json
+
+Phase = Literal["designing", "awaiting_approval", "executing", "done"]
+Status = Literal["running", "waiting", "succeeded", "failed_target", "error"]
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class IterationResult(BaseModel):
+    iteration: int
+    success_rate: float
+    passed: int
+    total: int
+
+
+class RunRecord(BaseModel):
+    """Where a run stands. Written atomically after every phase transition."""
+
+    scenario: str
+    phase: Phase = "designing"
+    iteration: int = Field(1, ge=1)
+    status: Status = "running"
+    auto_approve: bool = False
+    max_iterations: int = Field(3, ge=1)
+    target_success_rate: float = Field(0.85, ge=0, le=1)
+    results: list[IterationResult] = Field(default_factory=list)
+    feedback: str | None = None  # the last rejection, carried into Init's next opening
+    last_error: str | None = None
+    started_at: str = Field(default_factory=now)
+    updated_at: str = Field(default_factory=now)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase == "done" or self.status == "error"
+
+
+def load_run(root: Path) -> RunRecord | None:
+    """The run record, ``None`` if the scenario was never run, StoreError if it is unreadable."""
+    path = Layout(Path(root)).run_json
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        return RunRecord.model_validate(json.loads(raw))
+    except (json.JSONDecodeError, ValidationError) as exc:
+        first = str(exc).splitlines()[0][:200]
+        raise StoreError(
+            f"{path} is corrupted ({first}). Nothing was changed and the agents' logs and outputs are intact; "
+            "fix the file by hand (fields: phase, iteration, status) or restore it, then run `baton resume`"
+        ) from None
+
+
+def save_run(root: Path, record: RunRecord) -> RunRecord:
+    record = record.model_copy(update={"updated_at": now()})
+    write_json(Layout(Path(root)).run_json, record.model_dump(mode="json"))
+    return record

@@ -1,0 +1,242 @@
+"""The iteration loop of SPEC §7 as a state machine over the scenario folder.
+
+No Celery here: every function reads the disk, does one thing, writes the disk
+and returns the ``Task``s that should run next. The Celery tasks and the
+embedded runner only execute those tasks and dispatch what they return, so
+both run exactly the same loop.
+
+designing (Init) -> awaiting_approval (HITL-1; skipped with auto_approve)
+-> executing (Execute) -> done when the success rate meets the target, else
+back to designing with Execute's report, until max_iterations.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from agents.backends import model_for
+from agents.config import load_scenario_config, resolve_agents
+from agents.models import Model
+from agents.openings import execute_opening, init_opening
+from agents.step import (
+    Agent,
+    AgentDisk,
+    StepOutcome,
+    open_turn,
+    run_compaction,
+    run_step,
+)
+from context.handoff import ExecuteToInit, InitToExecute, parse_payload_dict
+from scenarios.run import IterationResult, RunRecord, load_run, save_run
+from scenarios.store import Layout, StoreError, check_name, read_json, write_json
+
+Role = Literal["init", "execute"]
+SCENARIOS_ENV = "BATON_SCENARIOS_DIR"
+
+
+class Task(BaseModel):
+    """One unit of work. Arguments are ids only: never payloads, never secrets."""
+
+    kind: Literal["step", "compaction", "phase"]
+    scenario: str
+    agent: Role | None = None
+    number: int | None = None  # the step due (step) or the last finished step (compaction)
+
+
+def scenarios_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get(SCENARIOS_ENV) or "scenarios").resolve()
+
+
+def scenario_root(name: str, env: Mapping[str, str] | None = None) -> Path:
+    root = scenarios_dir(env) / check_name(name)
+    if not (root / "scenario.toml").is_file():
+        raise StoreError(f"unknown scenario {name!r}: no {root}/scenario.toml; create it with `baton new {name}`")
+    return root
+
+
+class Team:
+    """The two agents of one scenario, built once per process from its settings."""
+
+    def __init__(self, root: Path, model: Model | None = None, profile: str | None = None, env: Mapping[str, str] | None = None):
+        configs = resolve_agents(root, env=env, profile=profile)
+        self.agents: dict[str, Agent] = {
+            role: Agent(config, model or model_for(config, env)) for role, config in configs.items()
+        }
+
+    def __getitem__(self, role: str) -> Agent:
+        return self.agents[role]
+
+
+# ---- starting, approving, resuming ------------------------------------------------------
+
+
+def start(root: Path, *, auto_approve: bool = False) -> list[Task]:
+    """Begin a run, or continue an unfinished one from disk."""
+    record = load_run(root)
+    if record is not None and not record.finished:
+        if auto_approve and not record.auto_approve:
+            record = save_run(root, record.model_copy(update={"auto_approve": True}))
+        return resume(root)
+    settings = load_scenario_config(Layout(root).toml)
+    save_run(root, RunRecord(scenario=root.name, auto_approve=auto_approve, max_iterations=settings.max_iterations,
+                                      target_success_rate=settings.target_success_rate))
+    return resume(root)
+
+
+def resume(root: Path) -> list[Task]:
+    """What should run now, derived from the disk alone (after a crash or a stop)."""
+    record = load_run(root)
+    if record is None:
+        raise StoreError(f"{root.name} has never run; start it with `baton run {root.name}`")
+    if record.status == "error":
+        record = save_run(root, record.model_copy(update={"status": "running", "last_error": None}))
+    agent: Role | None = {"designing": "init", "executing": "execute"}.get(record.phase)  # type: ignore[assignment]
+    if agent is None:
+        return []
+    _ensure_opening(root, record)
+    disk = AgentDisk.load(root, agent)
+    if disk.turn_over():
+        return [Task(kind="phase", scenario=root.name)]
+    pending, last = disk.pending(), disk.last_step()
+    due = pending.step if pending else (last.step + 1 if last else 1)
+    return [Task(kind="step", scenario=root.name, agent=agent, number=due)]
+
+
+def _ensure_opening(root: Path, record: RunRecord) -> None:
+    """Open the current phase's turn unless it is open already (idempotent by key), so a
+    crash between saving run.json and opening the turn is repaired by resume."""
+    n = record.iteration
+    if record.phase == "executing":
+        payload = _payload(root, n, "init")
+        assert isinstance(payload, InitToExecute)
+        open_turn(root, "execute", n, execute_opening(payload), key=f"iteration-{n}")
+        return
+    if record.feedback is not None:
+        rejections = len(list(Layout(root).handoffs(n).glob("rejection_*.json")))
+        text = init_opening(root.name, n, feedback=record.feedback)
+        open_turn(root, "init", n, text, key=f"iteration-{n}-rejection-{rejections}")
+        return
+    report = _payload(root, n - 1, "execute") if n > 1 else None
+    assert report is None or isinstance(report, ExecuteToInit)
+    open_turn(root, "init", n, init_opening(root.name, n, report=report), key=f"iteration-{n}")
+
+
+def approve(root: Path) -> list[Task]:
+    record = _expect_phase(root, "awaiting_approval", "approve")
+    write_json(Layout(root).handoffs(record.iteration) / "approval.json", {"approved": True, "iteration": record.iteration})
+    return _open_execute(root, record)
+
+
+def reject(root: Path, feedback: str) -> list[Task]:
+    if not feedback.strip():
+        raise StoreError("a rejection needs feedback for Init: pass --feedback 'what to change'")
+    record = _expect_phase(root, "awaiting_approval", "reject")
+    rejections = len(list(Layout(root).handoffs(record.iteration).glob("rejection_*.json"))) + 1
+    write_json(Layout(root).handoffs(record.iteration) / f"rejection_{rejections}.json", {"approved": False, "feedback": feedback})
+    save_run(root, record.model_copy(update={"phase": "designing", "status": "running", "feedback": feedback}))
+    return resume(root)
+
+
+def _expect_phase(root: Path, phase: str, verb: str) -> RunRecord:
+    record = load_run(root)
+    if record is None or record.phase != phase:
+        now = record.phase if record else "not started"
+        raise StoreError(f"cannot {verb} {root.name}: it is {now}, not {phase}")
+    return record
+
+
+# ---- the tasks ---------------------------------------------------------------------------
+
+
+def do_step(root: Path, team: Team, agent: Role, number: int | None) -> tuple[StepOutcome, list[Task]]:
+    outcome = run_step(root, team[agent], number)
+    return outcome, after_step(root, agent, outcome)
+
+
+def after_step(root: Path, agent: Role, outcome: StepOutcome) -> list[Task]:
+    name = root.name
+    if outcome.status == "continue":
+        return [Task(kind="step", scenario=name, agent=agent, number=outcome.step + 1)]
+    if outcome.status == "compaction_needed":
+        return [Task(kind="compaction", scenario=name, agent=agent, number=outcome.step - 1)]
+    if outcome.status == "handoff":
+        return [Task(kind="phase", scenario=name)]
+    if outcome.status == "failed":
+        record = load_run(root)
+        if record is not None:
+            save_run(root, record.model_copy(update={"status": "error", "last_error": f"{agent}: {outcome.reason}"}))
+    return []  # skipped (a duplicate) or idle: nothing follows
+
+
+def do_compaction(root: Path, team: Team, agent: Role, after: int | None) -> list[Task]:
+    outcome = run_compaction(root, team[agent], after)
+    if outcome.status == "skipped" and "stale" in outcome.reason:
+        return []  # a newer task owns this agent now
+    return [Task(kind="step", scenario=root.name, agent=agent, number=outcome.after_step + 1)]
+
+
+def do_phase(root: Path) -> list[Task]:
+    """Move to the next phase once the current agent's handoff is on disk (idempotent)."""
+    record = load_run(root)
+    if record is None or record.finished:
+        return []
+    if record.phase == "designing" and _handoff_file(root, record.iteration, "init").exists() and AgentDisk.load(root, "init").turn_over():
+        if record.auto_approve:
+            return _open_execute(root, record)
+        save_run(root, record.model_copy(update={"phase": "awaiting_approval", "status": "waiting"}))
+        return []
+    if record.phase == "executing" and _handoff_file(root, record.iteration, "execute").exists():
+        return _after_execute(root, record)
+    return []
+
+
+def _after_execute(root: Path, record: RunRecord) -> list[Task]:
+    report = _payload(root, record.iteration, "execute")
+    assert isinstance(report, ExecuteToInit)
+    result = IterationResult(iteration=record.iteration, success_rate=report.success_rate,
+                             passed=report.totals.passed, total=report.totals.samples)
+    results = [r for r in record.results if r.iteration != record.iteration] + [result]
+    if report.success_rate >= record.target_success_rate:
+        save_run(root, record.model_copy(update={"phase": "done", "status": "succeeded", "results": results}))
+        return []
+    if record.iteration >= record.max_iterations:
+        save_run(root, record.model_copy(update={"phase": "done", "status": "failed_target", "results": results}))
+        return []
+    save_run(root, record.model_copy(update={"phase": "designing", "iteration": record.iteration + 1,
+                                             "results": results, "feedback": None}))
+    return resume(root)
+
+
+def _open_execute(root: Path, record: RunRecord) -> list[Task]:
+    save_run(root, record.model_copy(update={"phase": "executing", "status": "running"}))
+    return resume(root)
+
+
+def _handoff_file(root: Path, iteration: int, agent: str) -> Path:
+    kind = "init_to_execute" if agent == "init" else "execute_to_init"
+    return Layout(root).handoffs(iteration) / f"{kind}_context.json"
+
+
+def _payload(root: Path, iteration: int, agent: str) -> InitToExecute | ExecuteToInit:
+    path = _handoff_file(root, iteration, agent)
+    kind = path.name.removesuffix("_context.json")
+    try:
+        return parse_payload_dict(kind, read_json(path, f"the {kind} handoff"))
+    except ValueError as exc:
+        raise StoreError(f"{path} is not a valid {kind} payload ({exc}); restore it or let the agent hand off again") from None
+
+
+def run_task(task: Task, team: Team, env: Mapping[str, str] | None = None) -> list[Task]:
+    """Execute one task in this process; returns what comes next."""
+    root = scenario_root(task.scenario, env)
+    if task.kind == "step":
+        return do_step(root, team, task.agent, task.number)[1]
+    if task.kind == "compaction":
+        return do_compaction(root, team, task.agent, task.number)
+    return do_phase(root)
