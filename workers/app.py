@@ -1,0 +1,59 @@
+"""The Celery app: queues ``init``, ``execute``, ``compaction`` on Redis (SPEC §8).
+
+One setting names the broker: ``BATON_BROKER_URL`` (``CELERY_BROKER_URL`` is
+honoured too); the result backend is the same Redis. With neither set, baton
+runs embedded (``workers.embedded``) and this app is never used.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from celery import Celery
+from kombu import Queue
+
+BROKER_ENVS = ("BATON_BROKER_URL", "CELERY_BROKER_URL")
+QUEUES = ("init", "execute", "compaction")
+# A step can run a whole evaluation (samples x time limit) plus a model call with
+# retries; the broker must not hand its message to another worker meanwhile.
+VISIBILITY_TIMEOUT_S = 4 * 3600
+COMPACTION_PRIORITY = 0  # on Redis 0 is the highest priority (the reverse of RabbitMQ)
+STEP_PRIORITY = 5
+
+
+def broker_url(env: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if env is None else env
+    for name in BROKER_ENVS:
+        if env.get(name):
+            return env[name]
+    return None
+
+
+def make_app(url: str | None = None) -> Celery:
+    url = url or broker_url() or "redis://127.0.0.1:6379/0"
+    app = Celery("baton", broker=url, backend=url, include=["workers.tasks"])
+    app.conf.update(
+        task_queues=[Queue(name) for name in QUEUES],
+        task_default_queue="execute",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,  # a killed worker's step is delivered again
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_track_started=True,
+        task_serializer="json",
+        accept_content=["json"],
+        result_expires=24 * 3600,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            "visibility_timeout": VISIBILITY_TIMEOUT_S,
+            "queue_order_strategy": "priority",
+            "priority_steps": list(range(10)),
+        },
+        result_backend_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+    )
+    return app
+
+
+app = make_app()

@@ -1,0 +1,103 @@
+"""Celery tasks: one agent step, one compaction, one phase transition.
+
+Each task runs one unit of ``workers.loop`` under a per-agent Redis lock, then
+enqueues what comes next; no task waits on another task's result. Arguments
+are ids only (scenario, agent, step number). A duplicate or re-delivered task
+finds its work done by step number and does nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+
+import redis
+from celery import Task as CeleryTask
+
+from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
+from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
+
+log = logging.getLogger(__name__)
+LOCK_TIMEOUT_S = 4 * 3600
+
+
+class LockBusy(RuntimeError):
+    """Another worker holds this agent; the task is retried shortly."""
+
+
+@cache
+def _team(root: Path) -> Team:
+    return Team(root)
+
+
+@cache
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(app.conf.broker_url)
+
+
+@contextmanager
+def agent_lock(scenario: str, agent: str):
+    # One step of an agent at a time; the step number fences whatever slips past
+    # (a lock that expired under a very long step, a worker that resumed after a pause).
+    lock = _redis().lock(f"baton:lock:{scenario}:{agent}", timeout=LOCK_TIMEOUT_S, blocking_timeout=2)
+    if not lock.acquire():
+        raise LockBusy(f"{scenario}/{agent} is busy")
+    try:
+        yield
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            log.warning("lock for %s/%s expired before release", scenario, agent)
+
+
+def dispatch(tasks: list[Task]) -> None:
+    for task in tasks:
+        if task.kind == "step":
+            app.send_task("baton.step", args=[task.scenario, task.agent, task.number], queue=task.agent, priority=STEP_PRIORITY)
+        elif task.kind == "compaction":
+            app.send_task("baton.compaction", args=[task.scenario, task.agent, task.number], queue="compaction",
+                          priority=COMPACTION_PRIORITY)
+        else:
+            app.send_task("baton.phase", args=[task.scenario], queue="compaction", priority=COMPACTION_PRIORITY)
+
+
+@app.task(name="baton.step", bind=True, max_retries=None)
+def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
+    root = scenario_root(scenario)
+    try:
+        with agent_lock(scenario, agent):
+            outcome, following = do_step(root, _team(root), agent, step)
+    except LockBusy as exc:
+        raise self.retry(exc=exc, countdown=1) from None
+    self.send_event("task-progress", scenario=scenario, agent=agent, iteration=outcome.iteration, step=outcome.step,
+                    status=outcome.status, tokens=outcome.tokens_in_context, threshold=outcome.threshold, model=outcome.model)
+    dispatch(following)
+    return outcome.model_dump(include={"agent", "step", "status", "reason", "iteration", "tokens_in_context", "threshold", "model"})
+
+
+@app.task(name="baton.compaction", bind=True, max_retries=None)
+def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int) -> dict:
+    root = scenario_root(scenario)
+    try:
+        with agent_lock(scenario, agent):
+            following = do_compaction(root, _team(root), agent, after_step)
+    except LockBusy as exc:
+        raise self.retry(exc=exc, countdown=1) from None
+    self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step)
+    dispatch(following)
+    return {"scenario": scenario, "agent": agent, "after_step": after_step, "next": [t.model_dump() for t in following]}
+
+
+@app.task(name="baton.phase", bind=True, max_retries=None)
+def phase_task(self: CeleryTask, scenario: str) -> dict:
+    root = scenario_root(scenario)
+    try:
+        with agent_lock(scenario, "phase"):
+            following = do_phase(root)
+    except LockBusy as exc:
+        raise self.retry(exc=exc, countdown=1) from None
+    dispatch(following)
+    return {"scenario": scenario, "next": [t.model_dump() for t in following]}
