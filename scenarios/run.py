@@ -64,6 +64,29 @@ def load_run(root: Path) -> RunRecord | None:
         ) from None
 
 
+RUN_OUTPUTS = ("run.json", "design", "handoffs", "execution_outputs", "state")
+
+
+def archive_run(root: Path) -> Path | None:
+    """Move a finished run's outputs to ``runs/<started_at>/`` so a new run starts clean
+    and nothing of the old one is lost. Returns the archive folder."""
+    root = Path(root)
+    present = [name for name in RUN_OUTPUTS if (root / name).exists()]
+    if not present:
+        return None
+    record = load_run(root)
+    stamp = (record.started_at if record else now()).replace(":", "").replace("+0000", "Z")
+    target = root / "runs" / stamp
+    n = 1
+    while target.exists():
+        n += 1
+        target = root / "runs" / f"{stamp}-{n}"
+    target.mkdir(parents=True)
+    for name in present:
+        (root / name).rename(target / name)
+    return target
+
+
 def save_run(root: Path, record: RunRecord) -> RunRecord:
     record = record.model_copy(update={"updated_at": now()})
     write_json(Layout(Path(root)).run_json, record.model_dump(mode="json"))

@@ -32,7 +32,7 @@ from agents.step import (
     run_step,
 )
 from context.handoff import ExecuteToInit, InitToExecute, parse_payload_dict
-from scenarios.run import IterationResult, RunRecord, load_run, save_run
+from scenarios.run import IterationResult, RunRecord, archive_run, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name, read_json, write_json
 
 Role = Literal["init", "execute"]
@@ -84,6 +84,7 @@ def start(root: Path, *, auto_approve: bool = False) -> list[Task]:
             record = save_run(root, record.model_copy(update={"auto_approve": True}))
         return resume(root)
     settings = load_scenario_config(Layout(root).toml)
+    archive_run(root)  # a finished run, or leftovers without a run.json, move aside whole
     save_run(root, RunRecord(scenario=root.name, auto_approve=auto_approve, max_iterations=settings.max_iterations,
                                       target_success_rate=settings.target_success_rate))
     return resume(root)
