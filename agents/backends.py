@@ -6,12 +6,12 @@ import logging
 import os
 from collections.abc import Mapping
 
-from agents.anthropic_model import API_KEY_ENV, AnthropicModel
 from agents.config import AgentConfig
 from agents.models import Model, ModelError
 from agents.simulated import SimulatedModel
 
 log = logging.getLogger(__name__)
+API_KEY_ENV = "ANTHROPIC_API_KEY"
 
 
 def model_for(config: AgentConfig, env: Mapping[str, str] | None = None) -> Model:
@@ -25,6 +25,9 @@ def model_for(config: AgentConfig, env: Mapping[str, str] | None = None) -> Mode
         if not env.get(API_KEY_ENV):
             raise ModelError(f"{config.role}.backend is 'anthropic' but {API_KEY_ENV} is not set; "
                              "export the key, or set backend = 'simulated' to run offline")
+        # The SDK costs about a second to import: only when it is used.
+        from agents.anthropic_model import AnthropicModel
+
         return AnthropicModel(api_key=env[API_KEY_ENV])
     log.warning("%s agent: using the SIMULATED model (offline, deterministic); set %s for Claude", config.role, API_KEY_ENV)
     return SimulatedModel()

@@ -831,8 +831,10 @@ def _utf8_tail(raw: bytes) -> str:
 
 
 def _clean_env() -> dict[str, str]:
-    """The worker's environment without the API key or anything named like a secret."""
-    return {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY" and not is_secret_name(k)}
+    """The worker's environment without the API key, the broker URLs (they carry the
+    Redis password) or anything named like a secret."""
+    hidden = {"ANTHROPIC_API_KEY", "BATON_BROKER_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}
+    return {k: v for k, v in os.environ.items() if k not in hidden and not is_secret_name(k)}
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -34,6 +34,7 @@ class RunRecord(BaseModel):
     iteration: int = Field(1, ge=1)
     status: Status = "running"
     auto_approve: bool = False
+    profile: str | None = None  # the settings profile the run started with (e.g. "demo"); every task uses it
     max_iterations: int = Field(3, ge=1)
     target_success_rate: float = Field(0.85, ge=0, le=1)
     results: list[IterationResult] = Field(default_factory=list)

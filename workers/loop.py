@@ -64,6 +64,9 @@ class Team:
     """The two agents of one scenario, built once per process from its settings."""
 
     def __init__(self, root: Path, model: Model | None = None, profile: str | None = None, env: Mapping[str, str] | None = None):
+        if profile is None:  # the run keeps its profile: a resumed or approved run must not change windows
+            record = load_run(root)
+            profile = record.profile if record else None
         configs = resolve_agents(root, env=env, profile=profile)
         self.agents: dict[str, Agent] = {
             role: Agent(config, model or model_for(config, env)) for role, config in configs.items()
@@ -76,17 +79,17 @@ class Team:
 # ---- starting, approving, resuming ------------------------------------------------------
 
 
-def start(root: Path, *, auto_approve: bool = False) -> list[Task]:
-    """Begin a run, or continue an unfinished one from disk."""
+def start(root: Path, *, auto_approve: bool = False, profile: str | None = None) -> list[Task]:
+    """Begin a run, or continue an unfinished one (an error included) from disk."""
     record = load_run(root)
-    if record is not None and not record.finished:
-        if auto_approve and not record.auto_approve:
-            record = save_run(root, record.model_copy(update={"auto_approve": True}))
+    if record is not None and record.phase != "done":
+        update = {"auto_approve": record.auto_approve or auto_approve, "profile": profile or record.profile}
+        save_run(root, record.model_copy(update=update))
         return resume(root)
     settings = load_scenario_config(Layout(root).toml)
     archive_run(root)  # a finished run, or leftovers without a run.json, move aside whole
-    save_run(root, RunRecord(scenario=root.name, auto_approve=auto_approve, max_iterations=settings.max_iterations,
-                                      target_success_rate=settings.target_success_rate))
+    save_run(root, RunRecord(scenario=root.name, auto_approve=auto_approve, profile=profile,
+                             max_iterations=settings.max_iterations, target_success_rate=settings.target_success_rate))
     return resume(root)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import redis
 from celery import Task as CeleryTask
 
+from scenarios.run import load_run
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
 
@@ -27,9 +28,14 @@ class LockBusy(RuntimeError):
     """Another worker holds this agent; the task is retried shortly."""
 
 
-@cache
 def _team(root: Path) -> Team:
-    return Team(root)
+    record = load_run(root)
+    return _team_for(root, record.profile if record else None)
+
+
+@cache
+def _team_for(root: Path, profile: str | None) -> Team:
+    return Team(root, profile=profile)
 
 
 @cache

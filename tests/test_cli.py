@@ -1,0 +1,270 @@
+"""The ``baton`` CLI, run embedded (no broker) on copies of the refund_desk example.
+
+Two simulated runs are shared by module fixtures (one finished, one waiting for
+approval); tests that change a scenario work on a copy of them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from workers.cli import cli
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
+# Unset for every test: a broker or an API key in the developer's shell must not
+# turn these offline runs into distributed or paid ones.
+UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "ANTHROPIC_API_KEY", "BATON_PROFILE", "BATON_SCENARIOS_DIR")
+runner = CliRunner()
+
+
+def invoke(folder: Path, *args: str, **env: str) -> Result:
+    # The CLI exports BATON_SCENARIOS_DIR; passing it as None makes the runner restore it afterwards.
+    environment: dict[str, str | None] = {name: None for name in UNSET} | {"COLUMNS": "200"} | env
+    return runner.invoke(cli, ["--scenarios-dir", str(folder), *args], env=environment)
+
+
+def run_json(root: Path) -> dict:
+    return json.loads((root / "run.json").read_text(encoding="utf-8"))
+
+
+def copy_of(source: Path, folder: Path) -> Path:
+    target = folder / source.name
+    shutil.copytree(source, target)
+    return target
+
+
+@pytest.fixture(autouse=True)
+def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in UNSET:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Result]]:
+    folder = tmp_path_factory.mktemp("finished")
+    copy_of(EXAMPLE, folder)
+    result = invoke(folder, "run", "refund_desk", "--auto-approve", "--profile", "demo")
+    yield folder / "refund_desk", result
+
+
+@pytest.fixture(scope="module")
+def awaiting(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("awaiting")
+    root = copy_of(EXAMPLE, folder)
+    result = invoke(folder, "run", "refund_desk", "--profile", "demo")
+    assert result.exit_code == 0, result.output
+    assert run_json(root)["phase"] == "awaiting_approval"
+    assert "baton approve refund_desk" in result.output
+    return root
+
+
+# ---- new ------------------------------------------------------------------------------------
+
+
+def test_new_creates_a_runnable_scenario(tmp_path: Path) -> None:
+    result = invoke(tmp_path, "new", "gift_desk")
+    assert result.exit_code == 0, result.output
+    root = tmp_path / "gift_desk"
+    toml = (root / "scenario.toml").read_text()
+    assert 'name = "gift_desk"' in toml and "target_success_rate = 0.85" in toml and "max_iterations = 3" in toml
+    assert "## Rules" in (root / "brief.md").read_text()  # the template tells the user what to write
+    assert invoke(tmp_path, "status", "gift_desk").exit_code == 0  # and scenario.toml parses
+
+
+def test_new_copies_a_brief(tmp_path: Path) -> None:
+    copy_of(EXAMPLE, tmp_path)
+    assert invoke(tmp_path, "new", "copy", "--from", "refund_desk").exit_code == 0
+    assert (tmp_path / "copy" / "brief.md").read_text() == (EXAMPLE / "brief.md").read_text()
+    own = tmp_path / "mine.md"
+    own.write_text("# my brief\n")
+    assert invoke(tmp_path, "new", "mine", "--brief", str(own)).exit_code == 0
+    assert (tmp_path / "mine" / "brief.md").read_text() == "# my brief\n"
+
+
+def test_new_refuses_hostile_and_existing_names(tmp_path: Path) -> None:
+    result = invoke(tmp_path / "inner", "new", "../x")
+    assert result.exit_code == 2
+    assert "invalid scenario name '../x'" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x").exists()
+    assert invoke(tmp_path, "new", "twice").exit_code == 0
+    result = invoke(tmp_path, "new", "twice")
+    assert result.exit_code == 2 and "already exists" in result.output
+
+
+# ---- run, approve, reject ---------------------------------------------------------------
+
+
+def test_run_with_auto_approve_finishes(finished: tuple[Path, Result]) -> None:
+    root, result = finished
+    assert result.exit_code == 0, result.output
+    record = run_json(root)
+    assert (record["phase"], record["status"]) == ("done", "succeeded")
+    assert "SIMULATED" in result.output
+    assert "compaction #1" in result.output
+    assert "success rate 80%" in result.output  # iteration 1 misses the target, iteration 2 meets it
+    assert "execution_outputs/iteration_2/report.json" in result.output
+
+
+def test_approve_continues_to_execute(awaiting: Path, tmp_path: Path) -> None:
+    root = copy_of(awaiting, tmp_path)
+    result = invoke(tmp_path, "approve", "refund_desk", "--profile", "demo")
+    assert result.exit_code == 0, result.output
+    record = run_json(root)
+    # Execute ran iteration 1 (80% < 85%), Init redesigned, and iteration 2 waits for approval.
+    assert [r["success_rate"] for r in record["results"]] == [0.8]
+    assert (record["phase"], record["iteration"]) == ("awaiting_approval", 2)
+    assert (root / "handoffs" / "iteration_1" / "approval.json").exists()
+
+
+def test_reject_sends_the_feedback_to_init(awaiting: Path, tmp_path: Path) -> None:
+    root = copy_of(awaiting, tmp_path)
+    feedback = "add a rule about gift cards"
+    result = invoke(tmp_path, "reject", "refund_desk", "--feedback", feedback, "--profile", "demo")
+    assert result.exit_code == 0, result.output
+    log = [json.loads(line) for line in (root / "state" / "init" / "log.jsonl").read_text().splitlines()]
+    openings = [r for r in log if r["kind"] == "opening"]
+    assert len(openings) == 2 and feedback in json.dumps(openings[-1]["message"])
+    assert run_json(root)["phase"] == "awaiting_approval"  # Init redesigned and handed off again
+
+
+def test_a_missed_target_exits_1(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    toml = root / "scenario.toml"
+    toml.write_text(toml.read_text().replace("max_iterations = 3", "max_iterations = 1"))
+    result = invoke(tmp_path, "run", "refund_desk", "--auto-approve", "--profile", "demo")
+    assert result.exit_code == 1, result.output
+    assert run_json(root)["status"] == "failed_target"
+    assert "below its target" in result.output
+
+
+# ---- status and context -------------------------------------------------------------------
+
+
+def test_status_of_one_and_of_all(finished: tuple[Path, Result]) -> None:
+    root, _ = finished
+    one = invoke(root.parent, "status", "refund_desk")
+    assert one.exit_code == 0, one.output
+    for word in ("done", "succeeded", "it1 80%", "it2 100%", "SIMULATED", "circuit breaker", "/18,000"):
+        assert word in one.output
+    every = invoke(root.parent, "status")
+    assert every.exit_code == 0 and "refund_desk" in every.output and "done" in every.output
+
+
+def test_status_reports_torn_log_lines(finished: tuple[Path, Result], tmp_path: Path) -> None:
+    root = copy_of(finished[0], tmp_path)
+    with open(root / "state" / "execute" / "log.jsonl", "a") as fh:
+        fh.write('{"seq": 999, "kind": "assis')  # what a crash mid-append leaves
+    result = invoke(tmp_path, "status", "refund_desk")
+    assert result.exit_code == 0
+    assert "not valid JSON" in result.output
+
+
+def test_status_with_a_corrupted_run_json(finished: tuple[Path, Result], tmp_path: Path) -> None:
+    root = copy_of(finished[0], tmp_path)
+    (root / "run.json").write_text('{"phase": ')
+    result = invoke(tmp_path, "status", "refund_desk")
+    assert result.exit_code == 2
+    assert "run.json is corrupted" in result.output and "Traceback" not in result.output
+    assert (root / "run.json").read_text() == '{"phase": '  # reading never repairs by overwriting
+    overview = invoke(tmp_path, "status")
+    assert overview.exit_code == 0 and "unreadable" in overview.output
+
+
+def test_context_prints_layers_and_writes_a_png(finished: tuple[Path, Result], tmp_path: Path) -> None:
+    root = copy_of(finished[0], tmp_path)
+    result = invoke(tmp_path, "context", "refund_desk", "--agent", "execute", "--profile", "demo")
+    assert result.exit_code == 0, result.output
+    for word in ("system_and_tools", "verbatim", "estimated input", "18,000 / 24,000"):
+        assert word in result.output
+    png = root / "state" / "execute" / "context.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    other = tmp_path / "init.png"
+    assert invoke(tmp_path, "context", "refund_desk", "--png", str(other), "--profile", "demo").exit_code == 0
+    assert other.read_bytes()[:4] == b"\x89PNG"
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+
+def test_unknown_scenario(tmp_path: Path) -> None:
+    result = invoke(tmp_path, "run", "nowhere")
+    assert result.exit_code == 2 and "unknown scenario 'nowhere'" in result.output and "baton new" in result.output
+
+
+def test_invalid_scenario_toml(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    (root / "scenario.toml").write_text('name = "refund_desk"\nmax_iterations = \n')
+    result = invoke(tmp_path, "run", "refund_desk", "--profile", "demo")
+    assert result.exit_code == 2
+    assert "is not valid TOML" in result.output and "line 2" in result.output
+    assert not (root / "run.json").exists()
+
+
+def test_target_above_one_is_refused(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    toml = root / "scenario.toml"
+    toml.write_text(toml.read_text().replace("target_success_rate = 0.85", "target_success_rate = 1.01"))
+    result = invoke(tmp_path, "run", "refund_desk", "--auto-approve")
+    assert result.exit_code == 2
+    assert "target_success_rate = 1.01" in result.output and "less than or equal to 1" in result.output
+
+
+def test_unreachable_broker(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    result = invoke(tmp_path, "run", "refund_desk", BATON_BROKER_URL="redis://127.0.0.1:1/0")
+    assert result.exit_code == 2
+    assert "unreachable" in result.output and "redis-server" in result.output and "BATON_BROKER_URL" in result.output
+    assert not (root / "run.json").exists()  # checked before anything was written
+
+
+def test_worker_needs_a_broker(tmp_path: Path) -> None:
+    result = invoke(tmp_path, "worker", "init")
+    assert result.exit_code == 2 and "BATON_BROKER_URL" in result.output
+
+
+def test_the_installed_entry_point(tmp_path: Path) -> None:
+    baton = Path(sys.executable).parent / "baton"
+    if not baton.exists():
+        pytest.skip("the baton entry point is not installed (pip install -e .)")
+
+    def call(*args: str) -> subprocess.CompletedProcess[str]:
+        # A minimal environment: no broker, no API key, whatever the developer's shell holds.
+        return subprocess.run([str(baton), "--scenarios-dir", str(tmp_path), *args], check=False, capture_output=True,
+                              text=True, timeout=60, env={"PATH": str(baton.parent), "HOME": str(tmp_path)})
+
+    created = call("new", "smoke")  # one call: the interpreter's start-up takes seconds on a busy machine
+    assert created.returncode == 0, created.stderr
+    assert (tmp_path / "smoke" / "scenario.toml").is_file()
+
+
+def test_a_failed_step_exits_2_and_resume_continues(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    result = invoke(tmp_path, "run", "refund_desk", "--profile", "demo", BATON_MAX_STEPS_PER_TURN="2")
+    assert result.exit_code == 2
+    assert "max_steps_per_turn (2)" in result.output and "baton resume refund_desk" in result.output
+    assert run_json(root)["status"] == "error"
+    resumed = invoke(tmp_path, "resume", "refund_desk", "--profile", "demo")
+    assert resumed.exit_code == 0, resumed.output
+    assert run_json(root)["phase"] == "awaiting_approval"
+
+
+def test_an_unexpected_error_has_no_traceback(monkeypatch: pytest.MonkeyPatch, awaiting: Path, tmp_path: Path) -> None:
+    copy_of(awaiting, tmp_path)
+
+    def broken(_root: Path) -> list:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("workers.loop.resume", broken)
+    result = invoke(tmp_path, "resume", "refund_desk")
+    assert result.exit_code == 2
+    assert "unexpected RuntimeError: boom" in result.output and "BATON_DEBUG" in result.output
+    assert "Traceback" not in result.output
