@@ -34,7 +34,7 @@ def make_app(url: str | None = None) -> Celery:
     url = url or broker_url() or "redis://127.0.0.1:6379/0"
     app = Celery("baton", broker=url, backend=url, include=["workers.tasks"])
     app.conf.update(
-        task_queues=[Queue(name) for name in QUEUES],
+        task_queues=[Queue(name, routing_key=name) for name in QUEUES],
         task_default_queue="execute",
         task_acks_late=True,
         task_reject_on_worker_lost=True,  # a killed worker's step is delivered again

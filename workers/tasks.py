@@ -9,11 +9,13 @@ finds its work done by step number and does nothing twice.
 from __future__ import annotations
 
 import logging
+import threading
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
 import redis
+import redis.lock
 from celery import Task as CeleryTask
 
 from scenarios.run import load_run
@@ -21,7 +23,10 @@ from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
 
 log = logging.getLogger(__name__)
-LOCK_TIMEOUT_S = 4 * 3600
+# A lock lives LOCK_TTL_S and is renewed every LOCK_RENEW_S while its step runs, so the lock
+# of a worker killed with SIGKILL (no finally, no release) frees itself within LOCK_TTL_S.
+LOCK_TTL_S = 15
+LOCK_RENEW_S = LOCK_TTL_S / 3
 
 
 class LockBusy(RuntimeError):
@@ -43,20 +48,38 @@ def _redis() -> redis.Redis:
     return redis.Redis.from_url(app.conf.broker_url)
 
 
+def _renew(lock: redis.lock.Lock, stop: threading.Event, name: str) -> None:
+    while not stop.wait(LOCK_RENEW_S):
+        try:
+            lock.reacquire()
+        except redis.exceptions.LockNotOwnedError:
+            log.warning("the lock for %s expired while its step ran (process frozen?)", name)
+            return
+        except redis.exceptions.RedisError as exc:  # a blip: try again at the next beat
+            log.warning("could not renew the lock for %s: %s", name, exc)
+
+
 @contextmanager
 def agent_lock(scenario: str, agent: str):
-    # One step of an agent at a time; the step number fences whatever slips past
-    # (a lock that expired under a very long step, a worker that resumed after a pause).
-    lock = _redis().lock(f"baton:lock:{scenario}:{agent}", timeout=LOCK_TIMEOUT_S, blocking_timeout=2)
+    # One step of an agent at a time; the step number fences whatever slips past (a worker
+    # frozen longer than the lock's TTL, a duplicate that runs after the lock was freed).
+    name = f"{scenario}/{agent}"
+    # thread_local=False: the renewing thread must see the token this thread acquired.
+    lock = _redis().lock(f"baton:lock:{scenario}:{agent}", timeout=LOCK_TTL_S, blocking_timeout=2, thread_local=False)
     if not lock.acquire():
-        raise LockBusy(f"{scenario}/{agent} is busy")
+        raise LockBusy(f"{name} is busy")
+    stop = threading.Event()
+    renewer = threading.Thread(target=_renew, args=(lock, stop, name), name=f"lock-{name}", daemon=True)
+    renewer.start()
     try:
         yield
     finally:
+        stop.set()
+        renewer.join()
         try:
             lock.release()
         except redis.exceptions.LockError:
-            log.warning("lock for %s/%s expired before release", scenario, agent)
+            log.warning("lock for %s expired before release", name)
 
 
 def dispatch(tasks: list[Task]) -> None:
