@@ -23,9 +23,8 @@ def test_a_step_longer_than_the_ttl_keeps_its_lock(server):
     with tasks.agent_lock("s", "execute"):
         time.sleep(2.5)  # > 2x the TTL: only renewal keeps the key alive
         assert server.exists("baton:lock:s:execute")
-        with pytest.raises(tasks.LockBusy):
-            with tasks.agent_lock("s", "execute"):
-                pass
+        with pytest.raises(tasks.LockBusy), tasks.agent_lock("s", "execute"):
+            pass
     assert not server.exists("baton:lock:s:execute")
 
 
