@@ -37,6 +37,7 @@ import anthropic
 from pydantic import ValidationError
 
 from agents.models import (
+    API_KEY_ENV,
     BadResponse,
     ModelError,
     ModelRequest,
@@ -54,7 +55,6 @@ if TYPE_CHECKING:  # the SDK's transport; only needed for the type hints
 log = logging.getLogger(__name__)
 E = TypeVar("E", bound=ModelError)
 
-API_KEY_ENV = "ANTHROPIC_API_KEY"
 MAX_CACHE_MARKERS = 4  # the API rejects a request with more cache_control breakpoints
 EPHEMERAL = {"type": "ephemeral"}
 # Without an explicit timeout the SDK refuses non-streaming calls whose max_tokens

@@ -7,11 +7,10 @@ import os
 from collections.abc import Mapping
 
 from agents.config import AgentConfig
-from agents.models import Model, ModelError
+from agents.models import API_KEY_ENV, Model, ModelError
 from agents.simulated import SimulatedModel
 
 log = logging.getLogger(__name__)
-API_KEY_ENV = "ANTHROPIC_API_KEY"
 
 
 def model_for(config: AgentConfig, env: Mapping[str, str] | None = None) -> Model:

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from context.messages import Block, Message, Usage
 
+API_KEY_ENV = "ANTHROPIC_API_KEY"  # the only place the key is read from
+
 
 class ModelRequest(BaseModel):
     """One Messages API call. ``messages``, ``system`` and ``tools`` are in API form,

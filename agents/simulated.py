@@ -150,11 +150,10 @@ class SimulatedModel:
             blocks = Planner(convo).reply()
             stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in blocks) else "end_turn"
         return ModelResponse(id=f"msg_sim_{request.fingerprint()}", model=f"{request.model} ({LABEL})",
-                             content=blocks, stop_reason=stop, usage=_usage(request, blocks), simulated=True)
+                             content=blocks, stop_reason=stop, usage=_usage(request, convo.messages, blocks), simulated=True)
 
 
-def _usage(request: ModelRequest, blocks: list[Any]) -> Usage:
-    messages = [parse_message({"role": m["role"], "content": _strip_cache(m["content"])}) for m in request.messages]
+def _usage(request: ModelRequest, messages: list[Message], blocks: list[Any]) -> Usage:
     system = request.system if isinstance(request.system, str) else json.dumps(request.system or [])
     extra = count_text(system) + count_text(json.dumps(request.tools, sort_keys=True))
     input_tokens = TokenEstimator().estimate_input(messages, extra)

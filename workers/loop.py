@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from agents.backends import model_for
 from agents.config import load_scenario_config, resolve_agents
+from agents.handoff_tool import KIND, handoff_path
 from agents.models import Model
 from agents.openings import execute_opening, init_opening
 from agents.step import (
@@ -223,13 +224,11 @@ def _open_execute(root: Path, record: RunRecord) -> list[Task]:
 
 
 def _handoff_file(root: Path, iteration: int, agent: str) -> Path:
-    kind = "init_to_execute" if agent == "init" else "execute_to_init"
-    return Layout(root).handoffs(iteration) / f"{kind}_context.json"
+    return handoff_path(root, iteration, KIND[agent])
 
 
 def _payload(root: Path, iteration: int, agent: str) -> InitToExecute | ExecuteToInit:
-    path = _handoff_file(root, iteration, agent)
-    kind = path.name.removesuffix("_context.json")
+    path, kind = _handoff_file(root, iteration, agent), KIND[agent]
     try:
         return parse_payload_dict(kind, read_json(path, f"the {kind} handoff"))
     except ValueError as exc:
