@@ -51,10 +51,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_DOC, REPO_ROOT, md_table, write_section
 
+from scenarios.run import copy_scenario
+
 PROBE_URL_ENV = "BATON_BENCH_BROKER_URL"  # set only in the probe workers' environment
 CELERY = REPO_ROOT / ".venv" / "bin" / "celery"
 SCENARIO_SOURCE = REPO_ROOT / "scenarios" / "refund_desk"
-RUN_OUTPUTS = ("run.json", "design", "handoffs", "execution_outputs", "state", "runs")
 STEP_PRIORITY = 5  # workers.app.STEP_PRIORITY / COMPACTION_PRIORITY (not imported here: see main)
 COMPACTION_PRIORITY = 0
 
@@ -391,13 +392,7 @@ def bench_compaction(procs: Procs, app, client, url: str, layout: str, steps: in
 
 
 def copy_scenarios(dest: Path, count: int) -> list[Path]:
-    ignore = shutil.ignore_patterns(*RUN_OUTPUTS)
-    roots = []
-    for i in range(1, count + 1):
-        root = dest / f"refund_desk_{i:02d}"
-        shutil.copytree(SCENARIO_SOURCE, root, ignore=ignore)
-        roots.append(root)
-    return roots
+    return [copy_scenario(SCENARIO_SOURCE, dest / f"refund_desk_{i:02d}") for i in range(1, count + 1)]
 
 
 def count_run(roots: list[Path]) -> dict[str, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -66,6 +67,12 @@ def load_run(root: Path) -> RunRecord | None:
 
 
 RUN_OUTPUTS = ("run.json", "design", "handoffs", "execution_outputs", "state")
+
+
+def copy_scenario(source: Path, target: Path) -> Path:
+    """A fresh copy of a scenario folder: its definition, none of its run outputs."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*RUN_OUTPUTS, "runs"))
+    return target
 
 
 def archive_run(root: Path) -> Path | None:

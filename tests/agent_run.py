@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from agents.config import resolve_config
@@ -12,14 +11,13 @@ from agents.simulated import SimulatedModel
 from agents.step import Agent, AgentDisk, Fault, StepOutcome, open_turn, run_turn
 from context.handoff import parse_payload_dict
 from context.protocol import validate
+from scenarios.run import copy_scenario
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "scenarios" / "refund_desk"
 
 
 def copy_example(tmp_path: Path) -> Path:
-    root = tmp_path / "refund_desk"
-    shutil.copytree(EXAMPLE, root)
-    return root
+    return copy_scenario(EXAMPLE, tmp_path / "refund_desk")
 
 
 def agents(root: Path, model: SimulatedModel | None = None, profile: str = "demo") -> dict[str, Agent]:

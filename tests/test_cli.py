@@ -17,6 +17,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
+from scenarios.run import copy_scenario
 from workers.cli import cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
@@ -37,7 +38,10 @@ def run_json(root: Path) -> dict:
 
 
 def copy_of(source: Path, folder: Path) -> Path:
+    """A copy with its run outputs (a prepared run); the example itself comes without any."""
     target = folder / source.name
+    if source == EXAMPLE:
+        return copy_scenario(source, target)
     shutil.copytree(source, target)
     return target
 

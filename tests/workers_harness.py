@@ -27,6 +27,7 @@ from celery import Celery
 
 import workers.tasks as worker_tasks
 from agents.step import AgentDisk
+from scenarios.run import copy_scenario
 from tests.agent_run import EXAMPLE, assert_log_consistent
 from workers.app import make_app
 from workers.loop import Task, resume, start
@@ -256,7 +257,7 @@ class Cluster:
         self.logs = self.base / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.scenarios.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(EXAMPLE, self.root)
+        copy_scenario(EXAMPLE, self.root)
         self.env = child_env(self.broker_url, self.scenarios)
 
     @property
