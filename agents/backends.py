@@ -8,7 +8,6 @@ from collections.abc import Mapping
 
 from agents.config import AgentConfig
 from agents.models import API_KEY_ENV, Model, ModelError
-from agents.simulated import SimulatedModel
 
 log = logging.getLogger(__name__)
 
@@ -28,5 +27,9 @@ def model_for(config: AgentConfig, env: Mapping[str, str] | None = None) -> Mode
         from agents.anthropic_model import AnthropicModel
 
         return AnthropicModel(api_key=env[API_KEY_ENV])
-    log.warning("%s agent: using the SIMULATED model (offline, deterministic); set %s for Claude", config.role, API_KEY_ENV)
+    # Like the SDK, only when it is used: a real run never loads the simulated model or its scenario script.
+    from agents.simulated import SimulatedModel
+
+    log.warning("%s agent: using the SIMULATED model (offline, deterministic); set %s for Claude",
+                config.role, API_KEY_ENV)
     return SimulatedModel()
