@@ -1,49 +1,125 @@
 """The simulated model: baton's offline default. It is labelled "simulated" everywhere.
 
-It is a deterministic script that answers Messages API requests the way an
-agent would: it reads the conversation it is sent, works out where it is, and
-answers with text plus real tool calls that the real tools then run on real
-files. The same request always gets the same response.
+It is a deterministic stand-in for Claude that answers Messages API requests the
+way an agent would: it reads the conversation it is sent, works out where it
+is, and answers with text plus real tool calls that the real tools then run on
+real files. The same request always gets the same response.
 
-Where am I? Every reply carries a small state marker
-``<sim_state>{...}</sim_state>`` in its text. The last assistant message is
-always in the context (the last N steps are verbatim, even after compaction),
-so the marker survives compaction; a turn's opening message (``Iteration: n``)
-after the last marker starts a new plan. The plan is a queue of named moves;
-what a move learns from its tool results (the precedence rule in the design,
-the evaluation report) is absorbed into the state on the next call.
+The model itself knows no scenario. What to write, read, fix and hand off is a
+*script* (``SimulationScript``), one per example scenario, kept beside it as
+``scenarios/<name>/simulation.py`` and loaded by name (``load_script``). The
+model brings the machinery every script shares:
 
-Compaction prompts are answered with a valid summary built from the
-conversation. Usage is the token estimator's count of the request.
-
-It knows one domain, the refund-desk example (``agents.sim_refund_desk``); for
-any other brief it says so instead of pretending.
+- Where am I? Every reply carries a small state marker
+  ``<sim_state>{...}</sim_state>`` in its text. The last assistant message is
+  always in the context (the last N steps are verbatim, even after compaction),
+  so the marker survives compaction; a turn's opening message (``Iteration: n``)
+  after the last marker starts a new plan (``script.new_plan``).
+- The plan is a queue of named moves (``script.MOVES``); what a move learns
+  from its tool results is absorbed into the state on the next call
+  (``script.absorb``).
+- Compaction prompts are answered with a summary built from the conversation
+  (``script.summary`` fills it in). Usage is the token estimator's count of the
+  request.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
 import re
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Protocol
 
-from agents import sim_refund_desk as desk
 from agents.models import ModelError, ModelRequest, ModelResponse
-from agents.tooling import parse_envelope
+from agents.tools.base import parse_envelope
 from context.messages import Message, TextBlock, ToolUseBlock, Usage, parse_message
 from context.tokens import TokenEstimator, count_text
+from scenarios.run import SIMULATION_SCRIPT
 
 LABEL = "simulated"
 STATE_TAG = re.compile(r"<sim_state>(.*?)</sim_state>", re.DOTALL)
 ITERATION = re.compile(r"^Iteration: (\d+)", re.MULTILINE)
 SUMMARY_ASK = "<compact_summary>"
-DESIGN_FILES = ["design/scenario_design.md", "design/business_rules.md", "design/format_spec.md"]
-SAMPLES_PER_WRITE = 2
+# Today the simulated model plays the one example there is; a model built without a script name plays it.
+DEFAULT_SCRIPT = "refund_desk"
+
+ToolCall = tuple[str, dict[str, Any]]  # (tool name, input)
+ToolResult = tuple[str, dict[str, Any], dict[str, Any]]  # (tool name, input, parsed result envelope)
+Move = Callable[[dict[str, Any], str], tuple[str, list[ToolCall]]]  # (state, "name:arg") -> (narration, calls)
 
 
 class SimulationError(ModelError):
-    """The script cannot go on (an unknown scenario, a tool it cannot recover from)."""
+    """The script cannot go on (an unknown script or scenario, a tool it cannot recover from)."""
+
+
+class SimulationScript(Protocol):
+    """What a scenario's ``simulation.py`` provides, as module-level names.
+
+    The state is a JSON-able dict the script owns, except for three keys the model keeps:
+    ``queue`` (the move names still to play, which ``new_plan`` fills), ``done`` (the last
+    move played) and ``round`` (which opening the plan answers).
+    """
+
+    MOVES: Mapping[str, Move]  # by the part of a move's name before the first ':'
+
+    def new_plan(self, role: str, iteration: int, opening: str) -> dict[str, Any]:
+        """The state for a new turn of ``role`` ("init" or "execute") that ``opening`` starts."""
+        ...
+
+    def absorb(self, state: dict[str, Any], results: list[ToolResult]) -> None:
+        """Learn from the results of the last move's tool calls (may rewrite ``state["queue"]``)."""
+        ...
+
+    def summary(self, role: str, state: dict[str, Any], written: list[str], previous: dict[str, Any]) -> dict[str, Any]:
+        """The compaction summary's JSON body: from the state, the paths written and the previous summary."""
+        ...
+
+
+# ---- loading a script by name -------------------------------------------------------------
+
+
+def _examples() -> Path:
+    # The installed ``scenarios`` package folder, not the user's scenarios dir: the scripts ship with baton.
+    return Path(str(files("scenarios")))
+
+
+def known_scripts() -> list[str]:
+    return sorted(path.parent.name for path in _examples().glob(f"*/{SIMULATION_SCRIPT}"))
+
+
+class _NoBytecodeLoader(importlib.machinery.SourceFileLoader):
+    """Never writes ``__pycache__``: the script sits in a scenario folder, which the agents list."""
+
+    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:
+        pass
+
+
+_scripts: dict[str, SimulationScript] = {}
+
+
+def load_script(name: str) -> SimulationScript:
+    """The script ``scenarios/<name>/simulation.py``, imported from its file path (the folder is not a package)."""
+    if name in _scripts:
+        return _scripts[name]
+    path = _examples() / name / SIMULATION_SCRIPT
+    if not re.fullmatch(r"[A-Za-z0-9_]+", name) or not path.is_file():
+        raise SimulationError(f"the simulated model has no script {name!r}; "
+                              f"scripts: {', '.join(known_scripts()) or 'none'} (scenarios/<name>/{SIMULATION_SCRIPT})")
+    module_name = f"baton_simulation_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, path, loader=_NoBytecodeLoader(module_name, str(path)))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    _scripts[name] = module  # type: ignore[assignment]  # a module satisfies the Protocol by its names
+    return _scripts[name]
 
 
 # ---- reading the request ----------------------------------------------------------------
@@ -82,7 +158,7 @@ class Conversation:
                 return i, msg.text
         return None
 
-    def last_results(self) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    def last_results(self) -> list[ToolResult]:
         """(tool name, input, parsed envelope) for the results in the last user message."""
         if len(self.messages) < 2 or self.messages[-1].role != "user":
             return []
@@ -91,7 +167,8 @@ class Conversation:
         for block in self.messages[-1].tool_results:
             use = uses.get(block.tool_use_id)
             if use is not None:
-                out.append((use.name, dict(use.input), parse_envelope(block.text) or {"status": "error", "error": block.text[:300]}))
+                envelope = parse_envelope(block.text) or {"status": "error", "error": block.text[:300]}
+                out.append((use.name, dict(use.input), envelope))
         return out
 
     def written_paths(self) -> list[str]:
@@ -104,7 +181,9 @@ class Conversation:
 
     def previous_summary(self) -> dict[str, Any]:
         for msg in self.messages:
-            found = re.search(r"<compact_summary>(.*?)</compact_summary>", msg.text, re.DOTALL) if msg.role == "assistant" else None
+            if msg.role != "assistant":
+                continue
+            found = re.search(r"<compact_summary>(.*?)</compact_summary>", msg.text, re.DOTALL)
             if found:
                 try:
                     return json.loads(found.group(1))
@@ -119,8 +198,9 @@ def _strip_cache(content: Any) -> Any:
     return content
 
 
-def _payload(text: str, kind: str) -> dict[str, Any] | None:
-    found = re.search(rf"<{kind}_context>(.*?)</{kind}_context>", text, re.DOTALL)
+def handoff_payload(opening: str, kind: str) -> dict[str, Any] | None:
+    """The handoff JSON an opening carries in ``<{kind}_context>`` (e.g. kind "init_to_execute"), if any."""
+    found = re.search(rf"<{kind}_context>(.*?)</{kind}_context>", opening, re.DOTALL)
     if not found:
         return None
     try:
@@ -133,24 +213,25 @@ def _payload(text: str, kind: str) -> dict[str, Any] | None:
 
 
 class SimulatedModel:
-    """Deterministic stand-in for Claude; see the module docstring."""
+    """Deterministic stand-in for Claude that plays a scenario's script; see the module docstring."""
 
     label = LABEL
 
-    def __init__(self) -> None:
+    def __init__(self, script: str = DEFAULT_SCRIPT) -> None:
+        self.script = load_script(script)
         self.requests: list[str] = []  # fingerprints of every request, for tests
 
     def create(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request.fingerprint())
         convo = Conversation.of(request)
         if request.purpose == "summary" or convo.wants_summary():
-            blocks: list[Any] = [TextBlock(text=_summary(convo))]
+            blocks: list[Any] = [TextBlock(text=_summary(self.script, convo))]
             stop = "end_turn"
         else:
-            blocks = Planner(convo).reply()
+            blocks = Planner(self.script, convo).reply()
             stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in blocks) else "end_turn"
-        return ModelResponse(id=f"msg_sim_{request.fingerprint()}", model=f"{request.model} ({LABEL})",
-                             content=blocks, stop_reason=stop, usage=_usage(request, convo.messages, blocks), simulated=True)
+        return ModelResponse(id=f"msg_sim_{request.fingerprint()}", model=f"{request.model} ({LABEL})", content=blocks,
+                             stop_reason=stop, usage=_usage(request, convo.messages, blocks), simulated=True)
 
 
 def _usage(request: ModelRequest, messages: list[Message], blocks: list[Any]) -> Usage:
@@ -160,39 +241,52 @@ def _usage(request: ModelRequest, messages: list[Message], blocks: list[Any]) ->
     return Usage(input_tokens=input_tokens, output_tokens=sum(b.tokens for b in blocks))
 
 
-# ---- the plans ------------------------------------------------------------------------------
+def _summary(script: SimulationScript, convo: Conversation) -> str:
+    marker = convo.last_state()
+    state = marker[1] if marker else {}
+    body = json.dumps(script.summary(convo.role, state, convo.written_paths(), convo.previous_summary()),
+                      sort_keys=True)
+    return f"[simulated] Summary of the work so far.\n<compact_summary>{body}</compact_summary>"
+
+
+# ---- the plan -------------------------------------------------------------------------------
 
 
 class Planner:
     """Picks the next move of the current turn and turns it into content blocks."""
 
-    def __init__(self, convo: Conversation):
+    def __init__(self, script: SimulationScript, convo: Conversation):
+        self.script = script
         self.convo = convo
         opening = convo.last_opening()
         marker = convo.last_state()
         if marker is None or (opening is not None and opening[0] > marker[0]):
             if opening is None:
                 raise SimulationError("the simulated model found no opening message ('Iteration: n') to start from")
-            self.state = _new_plan(convo.role, opening[1])
+            iteration = int(ITERATION.search(opening[1]).group(1))  # type: ignore[union-attr]  # found by last_opening
+            self.state = script.new_plan(convo.role, iteration, opening[1])
             self.state["round"] = hashlib.sha256(opening[1].encode()).hexdigest()[:12]
         else:
             self.state = marker[1]
-            self._absorb(convo.last_results())
+            script.absorb(self.state, convo.last_results())
 
     def reply(self) -> list[Any]:
         failed = [(name, env) for name, _, env in self.convo.last_results() if env.get("status") == "error"]
         if failed:
             name, env = failed[0]
-            # The script has no recovery: say so plainly; baton reminds it, then fails the turn.
+            # A script has no recovery: say so plainly; baton reminds it, then fails the turn.
             return [TextBlock(text=f"[simulated] {name} failed: {env.get('error')}. The simulated model cannot recover "
-                                   f"from this on its own.\n<sim_state>{json.dumps(self.state, sort_keys=True)}</sim_state>")]
+                                   f"from this on its own.\n{self._marker()}")]
         if not self.state["queue"]:
-            return [TextBlock(text=f"[simulated] Nothing left in the plan.\n<sim_state>{json.dumps(self.state, sort_keys=True)}</sim_state>")]
+            return [TextBlock(text=f"[simulated] Nothing left in the plan.\n{self._marker()}")]
         move = self.state["queue"].pop(0)
         self.state["done"] = move
-        narration, calls = MOVES[move.split(":")[0]](self, move)
-        text = f"[simulated] {narration}\n<sim_state>{json.dumps(self.state, sort_keys=True)}</sim_state>"
+        narration, calls = self.script.MOVES[move.split(":")[0]](self.state, move)
+        text = f"[simulated] {narration}\n{self._marker()}"
         return [TextBlock(text=text), *(self._use(j, name, args) for j, (name, args) in enumerate(calls))]
+
+    def _marker(self) -> str:
+        return f"<sim_state>{json.dumps(self.state, sort_keys=True)}</sim_state>"
 
     def _use(self, j: int, name: str, args: dict[str, Any]) -> ToolUseBlock:
         # From the plan state only (round, remaining moves), never from tool results that
@@ -200,260 +294,28 @@ class Planner:
         digest = hashlib.sha256(f"{json.dumps(self.state, sort_keys=True)}|{j}".encode()).hexdigest()[:24]
         return ToolUseBlock(id=f"toolu_sim_{digest}", name=name, input=args)
 
-    # -- learning from the last results
 
-    def _absorb(self, results: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> None:
-        for name, tool_input, env in results:
-            data = env.get("data") if isinstance(env.get("data"), dict) else {}
-            if name == "Read" and tool_input.get("path") == "scenario.toml":
-                found = re.search(r"target_success_rate\s*=\s*([0-9.]+)", data.get("content", ""))
-                if found:
-                    self.state["target"] = float(found.group(1))
-            if name == "Read" and tool_input.get("path") == "design/business_rules.md":
-                self.state["precedence"] = "R8:" in data.get("content", "")
-            if name == "RunEvaluation" and env.get("status") == "ok":
-                self._after_evaluation(data)
-
-    def _after_evaluation(self, data: dict[str, Any]) -> None:
-        s = self.state
-        s["runs"] = s.get("runs", 0) + 1
-        s["eval"] = {k: data.get(k) for k in ("total", "passed", "failed", "success_rate", "failures_per_layer")}
-        failures = data.get("failures") or []
-        s["layer1"] = sorted({f"{f.get('sample')}: {f.get('reason')}" for f in failures if f.get("layer") == "L1"})
-        fixes = [] if s["runs"] >= 3 else _fixes_for(failures)
-        s["queue"] = [f"fix:{json.dumps(f, sort_keys=True)}" for f in fixes]
-        s["queue"] += ["evaluate"] if fixes else ["read_report", "handoff"]
+# ---- moves any script can use: each returns (narration, [(tool, input), ...]) -------------
 
 
-def _new_plan(role: str, opening: str) -> dict[str, Any]:
-    iteration = int(ITERATION.search(opening).group(1))
-    if role == "execute":
-        payload = _payload(opening, "init_to_execute") or {}
-        if "refund" not in json.dumps(payload).lower():
-            raise SimulationError(
-                "the simulated model only knows the refund-desk example scenario; "
-                "set ANTHROPIC_API_KEY to run this scenario with Claude")
-        queue = ["todo", "read:design/format_spec.md", "read:design/business_rules.md", "read:design/scenario_design.md",
-                 "write_tools", "write_data", "write_checker"]
-        queue += [f"samples:{k}" for k in range(0, 10, SAMPLES_PER_WRITE)] + ["evaluate"]
-        return {"role": role, "iteration": iteration, "queue": queue, "runs": 0, "fixed": [],
-                "target": (payload.get("acceptance_criteria") or {}).get("target_success_rate", 0.85)}
-    if "<human_feedback>" in opening:
-        feedback = opening.split("<human_feedback>", 1)[1].split("</human_feedback>", 1)[0].strip()
-        return {"role": role, "iteration": iteration, "kind": "feedback", "feedback": feedback[:500],
-                "queue": ["read:scenario.toml", "read:design/scenario_design.md", "note_feedback", "handoff"]}
-    report = _payload(opening, "execute_to_init")
-    if report is not None:
-        return {"role": role, "iteration": iteration, "kind": "report", "problems": report.get("layer1_problems_summary", []),
-                "queue": ["todo", "read:scenario.toml", f"read:{report.get('execution_output_dir', '')}/report.json",
-                          "read:design/business_rules.md", "add_precedence", "changelog", "read:design/business_rules.md", "handoff"]}
-    return {"role": role, "iteration": iteration, "kind": "brief",
-            "queue": ["todo", "ls", "read:brief.md", "read:scenario.toml", "write_design", "write_rules", "write_format",
-                      "read:design/scenario_design.md", "read:design/business_rules.md", "read:design/format_spec.md", "handoff"]}
-
-
-def _fixes_for(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The Edits that fix the failures the script understands (L2-L4); L1 goes to Init."""
-    fixes: list[dict[str, Any]] = []
-    for f in failures:
-        layer, reason = f.get("layer"), str(f.get("reason", ""))
-        for fix_layer, evidence, path, old, new, note in desk.FIXES:
-            if layer == fix_layer and evidence in reason and all(x["path"] != path for x in fixes):
-                fixes.append({"path": path, "old": old, "new": new, "note": note})
-        amounts = re.search(r"expected\D*?([0-9]+\.[0-9]+)\D+?(?:got|actual)\D*?([0-9]+\.[0-9]+)", reason)
-        if layer == "L4" and amounts:
-            path = f"samples/{f.get('sample')}.json"
-            fixes.append({"path": path, "old": f'"amount": {amounts.group(1)}', "new": f'"amount": {amounts.group(2)}',
-                          "note": f"{f.get('sample')}: expected amount corrected to what the rules give ({amounts.group(2)})"})
-    return fixes
-
-
-# ---- moves: each returns (narration, [(tool, input), ...]) ---------------------------------
-
-
-def _out(planner: Planner, rel: str) -> str:
-    return f"execution_outputs/iteration_{planner.state['iteration']}/{rel}"
-
-
-def _todo(p: Planner, _move: str) -> tuple[str, list]:
-    items = [m.split(":")[0] for m in p.state["queue"]]
+def _todo(state: dict[str, Any], _move: str) -> tuple[str, list[ToolCall]]:
+    items = [m.split(":")[0] for m in state["queue"]]
     todos = [{"content": step, "status": "pending"} for step in dict.fromkeys(items)]
     return "Planning the turn.", [("TodoWrite", {"todos": todos})]
 
 
-def _ls(_p: Planner, _move: str) -> tuple[str, list]:
+def _ls(_state: dict[str, Any], _move: str) -> tuple[str, list[ToolCall]]:
     return "Looking at the scenario folder.", [("LS", {"path": "."})]
 
 
-def _read(_p: Planner, move: str) -> tuple[str, list]:
+def _read(_state: dict[str, Any], move: str) -> tuple[str, list[ToolCall]]:
     path = move.split(":", 1)[1]
     return f"Reading {path}.", [("Read", {"path": path})]
 
 
-def _write_design(_p: Planner, _move: str) -> tuple[str, list]:
-    return "Writing the scenario design.", [("Write", {"path": DESIGN_FILES[0], "content": desk.scenario_design()})]
-
-
-def _write_rules(_p: Planner, _move: str) -> tuple[str, list]:
-    return "Writing the business rules R1-R7.", [("Write", {"path": DESIGN_FILES[1], "content": desk.business_rules(False)})]
-
-
-def _write_format(_p: Planner, _move: str) -> tuple[str, list]:
-    return "Writing the format specification.", [("Write", {"path": DESIGN_FILES[2], "content": desk.format_spec()})]
-
-
-def _add_precedence(p: Planner, _move: str) -> tuple[str, list]:
-    problems = " ".join(p.state.get("problems", []))
-    if "R2" in problems and "R3" in problems:
-        return ("Execute found that R2 and R3 overlap with no precedence; adding R8.",
-                [("Edit", {"path": DESIGN_FILES[1], "old_string": f"- {desk.RULES_V1[-1]}\n",
-                           "new_string": f"- {desk.RULES_V1[-1]}\n- {desk.RULE_R8}\n"})])
-    return "No design problem I know how to fix; recording the report.", [("Read", {"path": DESIGN_FILES[1]})]
-
-
-def _changelog(p: Planner, _move: str) -> tuple[str, list]:
-    entry = f"- iteration {p.state['iteration']}: added R8 (precedence: R3 over R2; R4 for every refund) after Execute's layer-1 report."
-    return "Recording the change in the design's changelog.", [
-        ("Edit", {"path": DESIGN_FILES[0], "old_string": "## Changelog\n", "new_string": f"## Changelog\n{entry}\n"})]
-
-
-def _note_feedback(p: Planner, _move: str) -> tuple[str, list]:
-    note = f"## Reviewer feedback (iteration {p.state['iteration']})\n{p.state['feedback']}\n\n## Changelog\n"
-    return "Recording the reviewer's feedback in the design.", [
-        ("Edit", {"path": DESIGN_FILES[0], "old_string": "## Changelog\n", "new_string": note})]
-
-
-def _init_handoff(p: Planner) -> dict[str, Any]:
-    s = p.state
-    changes = {"report": ["R8: precedence of R3 (damaged) over R2 (final sale); R4 applies to every refund"],
-               "feedback": [f"addressed reviewer feedback: {s.get('feedback', '')[:200]}"]}.get(s["kind"], [])
-    rules = desk.RULES_V1 + ([desk.RULE_R8] if s["kind"] == "report" else [])
-    return {
-        "scenario": "refund_desk", "iteration": s["iteration"], "design_files": DESIGN_FILES,
-        "design_summary": "A support agent handles refund requests: it looks up customers and orders with six tools "
-                          "and must refund, issue store credit, escalate or refuse exactly as rules R1-R7 say. "
-                          "Ten samples cover every rule, with boundaries at day 30 and $500.",
-        "business_rules": rules,
-        "format_spec": "tools/tools.py functions name(data, **args) -> dict; checkers/check_policy.py; "
-                       "samples/<id>.json with actions, expected_outputs, expected_state, rules. See design/format_spec.md.",
-        "acceptance_criteria": {"target_success_rate": s.get("target", 0.85)},
-        "changes_since_last_iteration": changes,
-    }
-
-
-def _execute_handoff(p: Planner) -> dict[str, Any]:
-    s, ev = p.state, p.state.get("eval") or {}
-    rate = ev.get("success_rate") or 0.0
-    met = rate >= s.get("target", 0.85)
-    return {
-        "iteration": s["iteration"], "execution_output_dir": f"execution_outputs/iteration_{s['iteration']}",
-        "success_rate": rate,
-        "totals": {"samples": ev.get("total", 0), "passed": ev.get("passed", 0), "failed": ev.get("failed", 0)},
-        "failures_per_layer": ev.get("failures_per_layer") or {},
-        "layer1_problems_summary": s.get("layer1", []),
-        "fixed_by_execute": s.get("fixed", []),
-        "recommendation": "The target is met; the scenario is ready." if met else
-                          "Layer-1 design problems remain: the design must state which rule wins for the samples listed.",
-    }
-
-
-def _handoff(p: Planner, _move: str) -> tuple[str, list]:
-    payload = _init_handoff(p) if p.state["role"] == "init" else _execute_handoff(p)
-    return "Handing off.", [("SubmitHandoff", {"payload": payload})]
-
-
-def _write_tools(p: Planner, _move: str) -> tuple[str, list]:
-    buggy = p.state["iteration"] == 1
-    return "Writing the tools module.", [("Write", {"path": _out(p, "tools/tools.py"), "content": desk.tools_py(buggy)})]
-
-
-def _write_data(p: Planner, _move: str) -> tuple[str, list]:
-    return "Writing the initial data.", [("Write", {"path": _out(p, "tools/data.json"), "content": desk.data_json()})]
-
-
-def _write_checker(p: Planner, _move: str) -> tuple[str, list]:
-    buggy, precedence = p.state["iteration"] == 1, bool(p.state.get("precedence"))
-    return ("Writing the policy checker" + (" with R8 precedence." if precedence else "; the rules give no precedence for R2/R3.")), [
-        ("Write", {"path": _out(p, "checkers/check_policy.py"), "content": desk.checker_py(buggy, precedence)})]
-
-
-def _samples(p: Planner, move: str) -> tuple[str, list]:
-    start = int(move.split(":")[1])
-    chosen = desk.samples(p.state["iteration"] == 1)[start : start + SAMPLES_PER_WRITE]
-    calls = [("Write", {"path": _out(p, f"samples/{s['id']}.json"), "content": desk.sample_json(s)}) for s in chosen]
-    return f"Writing samples {start + 1}-{start + len(chosen)}.", calls
-
-
-def _evaluate(p: Planner, _move: str) -> tuple[str, list]:
+def _evaluate(_state: dict[str, Any], _move: str) -> tuple[str, list[ToolCall]]:
     return "Running the evaluation.", [("RunEvaluation", {})]
 
 
-def _fix(p: Planner, move: str) -> tuple[str, list]:
-    fix = json.loads(move.split(":", 1)[1])
-    p.state.setdefault("fixed", []).append(fix["note"])
-    return f"Fixing: {fix['note']}.", [("Edit", {"path": _out(p, fix["path"]), "old_string": fix["old"], "new_string": fix["new"]})]
-
-
-def _read_report(p: Planner, _move: str) -> tuple[str, list]:
-    return "Reading the evaluation report before handing off.", [("Read", {"path": _out(p, "report.json")})]
-
-
-MOVES = {
-    "todo": _todo, "ls": _ls, "read": _read, "write_design": _write_design, "write_rules": _write_rules,
-    "write_format": _write_format, "add_precedence": _add_precedence, "changelog": _changelog,
-    "note_feedback": _note_feedback, "handoff": _handoff, "write_tools": _write_tools, "write_data": _write_data,
-    "write_checker": _write_checker, "samples": _samples, "evaluate": _evaluate, "fix": _fix, "read_report": _read_report,
-}
-
-
-# ---- compaction summaries ------------------------------------------------------------------
-
-
-def _summary(convo: Conversation) -> str:
-    previous = convo.previous_summary()
-    marker = convo.last_state()
-    state = marker[1] if marker else {}
-    written = convo.written_paths()
-    body = _init_summary(state, written, previous) if convo.role == "init" else _execute_summary(state, written, previous)
-    return f"[simulated] Summary of the work so far.\n<compact_summary>{json.dumps(body, sort_keys=True)}</compact_summary>"
-
-
-def _init_summary(state: dict[str, Any], written: list[str], previous: dict[str, Any]) -> dict[str, Any]:
-    old_paths = previous.get("key_paths", {}) if isinstance(previous.get("key_paths"), dict) else {}
-    problems = state.get("problems", [])
-    return {
-        "current_design_summary": {
-            "unified_scenario_design": "Refund desk: a support agent with six tools (get_customer, get_order, list_orders, "
-                                       "issue_refund, issue_store_credit, escalate) applies refund rules to 12 orders of 5 customers.",
-            "business_rules_key_points": [r.split(":")[0] + ": " + r.split(": ", 1)[1][:60] for r in
-                                          desk.RULES_V1 + ([desk.RULE_R8] if state.get("kind") == "report" else [])],
-            "format_specifications": "tools/tools.py, checkers/check_policy.py, samples/<id>.json; see design/format_spec.md",
-        },
-        "execute_feedback_summary": {
-            "execution_output_dir": f"execution_outputs/iteration_{state['iteration'] - 1}" if problems else None,
-            "total_failure_samples": len(problems), "layer1_problems_summary": problems,
-        },
-        "analysis_conclusions": ["R2 and R3 need an explicit precedence"] if problems else ["design follows the brief"],
-        "pending_actions": [m.split(":")[0] for m in state.get("queue", [])],
-        "key_paths": {**old_paths, "brief": "brief.md", "design_files": [p for p in written if p.startswith("design/")] or DESIGN_FILES,
-                      "iteration": state.get("iteration")},
-    }
-
-
-def _execute_summary(state: dict[str, Any], written: list[str], previous: dict[str, Any]) -> dict[str, Any]:
-    old = previous.get("generated_components", {}) if isinstance(previous.get("generated_components"), dict) else {}
-    files = sorted(set(written) | set(old.get("tools", [])) | set(old.get("checkers", [])) | set(old.get("samples", []) if isinstance(old.get("samples"), list) else []))
-    ev = state.get("eval") or {}
-    out_dir = f"execution_outputs/iteration_{state.get('iteration', 1)}"
-    return {
-        "generated_components": {
-            "tools": [f for f in files if "/tools/" in f], "checkers": [f for f in files if "/checkers/" in f],
-            "samples": [f for f in files if "/samples/" in f],
-        },
-        "evaluation_progress": {"current_iteration": state.get("iteration", 1), "success_rate": ev.get("success_rate"),
-                                "layer_status": ev.get("failures_per_layer") or "not evaluated yet"},
-        "identified_issues": {"layer2_problems": [], "layer3_problems": [], "fix_attempts": state.get("fixed", []),
-                              "layer1_problems": state.get("layer1", [])},
-        "pending_work": [m.split(":")[0] for m in state.get("queue", [])],
-        "key_paths": {"execution_output_dir": out_dir, "report": f"{out_dir}/report.json", "design_files": DESIGN_FILES},
-    }
+# "todo" (the plan as a TodoWrite), "ls" (the scenario folder), "read:<path>", "evaluate" (RunEvaluation).
+COMMON_MOVES: dict[str, Move] = {"todo": _todo, "ls": _ls, "read": _read, "evaluate": _evaluate}
