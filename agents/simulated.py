@@ -117,7 +117,11 @@ def load_script(name: str) -> SimulationScript:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]  # no half-run script left behind for the next load
+        raise
     _scripts[name] = module  # type: ignore[assignment]  # a module satisfies the Protocol by its names
     return _scripts[name]
 
