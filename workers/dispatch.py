@@ -1,0 +1,136 @@
+"""Running a scenario's tasks: here (embedded) or on the workers (broker), following progress on disk.
+
+Either way the progress shown and the exit code come from the disk, so a
+distributed run is followed like an embedded one. Exit codes: 0 the run
+succeeded or stopped to wait for approval, 1 it finished below its target,
+130 interrupted; an error raises ``CliError`` (exit code 2).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import redis
+from rich.text import Text
+
+from scenarios.run import load_run
+from scenarios.store import AGENTS
+from workers import loop
+from workers.app import QUEUES, broker_url
+from workers.errors import CliError, broker_help
+from workers.readmodel import SIMULATED
+from workers.render import Progress, say, summary
+
+POLL_S = 1.0
+QUIET_HINT_S = 30.0  # in broker mode, say how to start workers after this long without progress
+
+
+def choose_mode(embedded: bool | None) -> str | None:
+    """None for embedded, else the broker URL (checked to answer before anything is written)."""
+    url = broker_url()
+    if embedded or (embedded is None and url is None):
+        return None
+    if url is None:
+        raise CliError("--broker needs a broker, and none is configured",
+                       "export BATON_BROKER_URL=redis://127.0.0.1:6379/0 (and start Redis and `baton worker` for each "
+                       f"queue: {', '.join(QUEUES)}), or run embedded")
+    check_broker(url)
+    return url
+
+
+def check_broker(url: str) -> None:
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return  # another transport: kombu reports its own errors when sending
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
+    except redis.exceptions.RedisError as exc:
+        raise broker_help(url, str(exc)) from None
+
+
+def execute(root: Path, tasks: list[loop.Task], url: str | None, profile: str | None, follow: bool = True) -> int:
+    """Run (embedded) or dispatch (broker) ``tasks``, show progress, and return the exit code."""
+    if url is None:
+        if not run_here(root, tasks, profile):
+            say(Text(f"interrupted: everything finished so far is on disk; continue with `baton resume {root.name}`"))
+            summary(root)
+            return 130
+    else:
+        dispatch_to(url, tasks, profile)
+        if not follow or not follow_disk(root):
+            return 0  # not following, or the user stopped following: the workers keep going
+    summary(root)
+    return outcome(root)
+
+
+def run_here(root: Path, tasks: list[loop.Task], profile: str | None) -> bool:
+    """Embedded: run the tasks in this process, refreshing progress after each; False if interrupted."""
+    from workers.embedded import run_embedded
+
+    team = loop.Team(root, profile=profile)
+    simulated = any(team[role].model.label == SIMULATED for role in AGENTS)
+    with Progress(root, simulated) as progress:
+        try:
+            run_embedded(tasks, team, on_task=progress.refresh)
+        except KeyboardInterrupt:
+            return False
+    return True
+
+
+def dispatch_to(url: str, tasks: list[loop.Task], profile: str | None) -> None:
+    if profile is not None:
+        say(Text(f"note: --profile applies to embedded runs; start the workers with `baton worker ROLE --profile "
+                 f"{profile}` (or BATON_PROFILE={profile}), or set profile in scenario.toml"))
+    # Imported here: the Celery app reads the broker URL when imported, and embedded runs need no Celery.
+    from workers.tasks import dispatch
+
+    dispatch(tasks)
+    say(Text(f"dispatched {len(tasks)} task(s) to {url}"))
+
+
+def follow_disk(root: Path) -> bool:
+    """Poll the disk until the run stops; False if the user stopped following (Ctrl-C)."""
+    with Progress(root, simulated=False) as progress:  # the first step event tells whether it is simulated
+        last, quiet_since, hinted = None, time.monotonic(), False
+        try:
+            while True:
+                snap = progress.refresh()
+                record = snap.record
+                if record is None or record.finished or record.phase == "awaiting_approval":
+                    return True
+                mark = (record.updated_at, *(a.steps + len(a.compactions) for a in snap.agents.values()))
+                if mark != last:
+                    last, quiet_since = mark, time.monotonic()
+                elif not hinted and time.monotonic() - quiet_since > QUIET_HINT_S:
+                    hinted = True
+                    say(Text("no progress for a while: are workers running? start them with "
+                             "`baton worker init`, `baton worker execute` and `baton worker compaction`"))
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            say(Text(f"stopped following; the workers keep going. Check with `baton status {root.name}`"))
+            return False
+
+
+def outcome(root: Path) -> int:
+    """The exit code of a run that stopped, with what to do next."""
+    record = load_run(root)
+    name = root.name
+    if record is None:
+        raise CliError(f"{name} has no run.json after running", f"start it with `baton run {name}`")
+    if record.status == "error":
+        raise CliError(f"{name} stopped with an error: {record.last_error}",
+                       f"see `baton status {name}`, fix the cause, then `baton resume {name}`")
+    if record.phase == "awaiting_approval":
+        say(Text(f"waiting for approval of iteration {record.iteration}'s design (design/, handoffs/iteration_"
+                 f"{record.iteration}/): `baton approve {name}` or `baton reject {name} --feedback '...'`"))
+        return 0
+    if record.status == "succeeded":
+        return 0
+    if record.status == "failed_target":
+        last = record.results[-1].success_rate if record.results else 0.0
+        say(Text(f"{name} finished below its target: {last:.0%} < {record.target_success_rate:.0%} after "
+                 f"{record.iteration} iteration(s); raise max_iterations in scenario.toml and run again, "
+                 "or revise brief.md", style="yellow"))
+        return 1
+    raise CliError(f"{name} stopped while {record.phase} with nothing left to run",
+                   f"continue it with `baton resume {name}`; `baton status {name}` shows the agents' errors")

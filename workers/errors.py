@@ -1,0 +1,78 @@
+"""How the CLI fails: what went wrong, then what to do, and exit code 2; never a traceback."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+import kombu.exceptions
+import redis
+import typer
+from rich.text import Text
+
+from agents.config import ConfigError
+from agents.models import ModelError
+from scenarios.store import StoreError
+from workers.app import BROKER_ENVS, broker_url
+from workers.render import err
+
+
+class CliError(Exception):
+    """A failure the user can act on: what went wrong, then what to do."""
+
+    def __init__(self, message: str, hint: str = "", code: int = 2):
+        super().__init__(message)
+        self.hint, self.code = hint, code
+
+
+def broker_help(url: str, detail: str) -> CliError:
+    return CliError(
+        f"the broker at {url} is unreachable ({detail})",
+        "start Redis (`redis-server` or `docker compose up redis`), or unset "
+        f"{' and '.join(BROKER_ENVS)} to run embedded in this process",
+    )
+
+
+def fail(exc: CliError) -> NoReturn:
+    # Text objects, not markup: messages quote TOML tables such as [agents.init].
+    err.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
+    if exc.hint:
+        err.print(Text.assemble(("what to do: ", "bold"), exc.hint), soft_wrap=True)
+    raise typer.Exit(exc.code)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded(command: F) -> F:
+    """Turn the errors a user can cause into a message and exit code 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except CliError as exc:
+            fail(exc)
+        except ConfigError as exc:
+            fail(CliError(str(exc), "fix scenario.toml or the BATON_* environment variable named above"))
+        except StoreError as exc:  # its message already says what to do
+            fail(CliError(str(exc)))
+        except (redis.exceptions.RedisError, kombu.exceptions.OperationalError) as exc:
+            fail(broker_help(broker_url() or "?", str(exc)))
+        except ModelError as exc:
+            fail(CliError(f"model: {exc}"))
+        except (ValueError, OSError) as exc:
+            fail(CliError(f"{exc.__class__.__name__}: {exc}"))
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise  # typer's and click's own exits and usage errors (both are RuntimeErrors)
+        except Exception as exc:  # a bug: still no traceback by default, and the disk is left as it was
+            if os.environ.get("BATON_DEBUG"):
+                raise
+            fail(CliError(f"unexpected {exc.__class__.__name__}: {exc}",
+                          "the scenario folder is intact; `baton status` shows where it stands. "
+                          "Rerun with BATON_DEBUG=1 for the traceback and report it"))
+
+    return wrapper  # type: ignore[return-value]

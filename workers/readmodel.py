@@ -1,0 +1,93 @@
+"""What the CLI knows about a scenario, read back from its folder only.
+
+run.json, each agent's events.jsonl (and, in detail, its log and agent.json) and
+scenario.toml are the whole truth: ``status`` works while workers run or after
+they died, and a distributed run is followed the same way as an embedded one.
+Every command and view reads the disk through here, nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.config import ConfigError
+from agents.settings_layers import load_scenario_config
+from agents.disk import AgentDisk
+from scenarios.run import RunRecord, load_run
+from scenarios.store import AGENTS, Layout, read_jsonl
+
+SIMULATED = "simulated"  # the model label of the offline simulated model
+
+
+@dataclass
+class AgentView:
+    """What one agent's events.jsonl (and, in detail, its log and state) say."""
+
+    role: str
+    steps: int = 0
+    estimated: int | None = None
+    threshold: int | None = None
+    model: str = ""
+    points: list[tuple[int, int]] = field(default_factory=list)  # (step, estimated input)
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    breaker: str = "ok"
+
+    @property
+    def fallbacks(self) -> int:
+        return sum(bool(c.get("fallback")) for c in self.compactions)
+
+
+def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
+    layout = Layout(root)
+    events = read_jsonl(layout.events(role))
+    view = AgentView(role, problems=[f"{layout.events(role).name} {p}" for p in events.problems])
+    for event in events.records:
+        kind = event.get("kind") if isinstance(event, dict) else None
+        if kind == "step":
+            view.steps += 1
+            view.estimated, view.threshold = event.get("estimated_input"), event.get("threshold")
+            view.model = event.get("model") or view.model
+            view.points.append((event.get("step", view.steps), event.get("estimated_input") or 0))
+        elif kind == "compaction":
+            view.compactions.append(event)
+        elif kind in ("warning", "prompt_too_long"):
+            view.warnings.append(f"step {event.get('after_step', event.get('step', '?'))}: "
+                                 f"{event.get('reason') or event.get('detail', '')}")
+        elif kind == "error":
+            view.errors.append(f"step {event.get('step', '?')}: {event.get('reason', '')}")
+    if detailed:  # the log and agent.json: only status needs them, and the log can be large
+        disk = AgentDisk.load(root, role)  # type: ignore[arg-type]
+        view.problems += disk.problems
+        view.breaker = disk.state.breaker.status
+    return view
+
+
+@dataclass
+class Snapshot:
+    """One look at a scenario: its run record and both agents."""
+
+    root: Path
+    record: RunRecord | None
+    agents: dict[str, AgentView]
+
+    @classmethod
+    def read(cls, root: Path, detailed: bool = False) -> Snapshot:
+        return cls(root, load_run(root), {role: read_agent(root, role, detailed) for role in AGENTS})
+
+    @property
+    def simulated(self) -> bool:
+        return any(a.model == SIMULATED for a in self.agents.values())
+
+
+def toml_problem(root: Path) -> str | None:
+    """Why scenario.toml does not load, or None when it does."""
+    try:
+        load_scenario_config(Layout(root).toml)
+    except ConfigError as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,272 @@
+"""What the CLI prints: tables, context gauges, the live progress view, event lines and summaries.
+
+Everything here draws a ``Snapshot`` (or a run record) already read from disk by
+``workers.readmodel``; nothing here reads events itself or changes the disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Self
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from scenarios.run import RunRecord
+from scenarios.store import Layout, StoreError
+from workers.readmodel import SIMULATED, AgentView, Snapshot, toml_problem
+
+ACTORS = {"designing": " (Init)", "executing": " (Execute)", "awaiting_approval": " (your turn)"}
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def say(text: Text) -> None:
+    out.print(text, soft_wrap=True)
+
+
+# ---- pieces --------------------------------------------------------------------------------
+
+
+def gauge(view: AgentView, compact: bool = False) -> Text:
+    """The context gauge: the last step's estimated input against the compaction threshold."""
+    if view.estimated is None or not view.threshold:
+        return Text("-" if compact else "no steps yet", style="dim")
+    share = view.estimated / view.threshold
+    style = "green" if share < 0.7 else "yellow" if share < 1 else "red"
+    if compact:
+        return Text(f"{kilo(view.estimated)}/{kilo(view.threshold)} {share:.0%}", style=style)
+    filled = min(10, round(share * 10))
+    return Text.assemble(("█" * filled + "░" * (10 - filled), style),
+                         f" {view.estimated:,}/{view.threshold:,} ({share:.0%})")
+
+
+def kilo(tokens: int) -> str:
+    return f"{tokens / 1000:.1f}k" if tokens < 100_000 else f"{tokens // 1000}k"
+
+
+def rates(record: RunRecord | None) -> str:
+    if record is None or not record.results:
+        return "-"
+    return ", ".join(f"it{r.iteration} {r.success_rate:.0%}" for r in record.results)
+
+
+def simulated_banner() -> Panel:
+    return Panel(Text("SIMULATED model: offline and deterministic, not Claude. "
+                      "Set ANTHROPIC_API_KEY to run the real agents.", style="bold"),
+                 title="SIMULATED", border_style="bold magenta")
+
+
+def where(record: RunRecord | None) -> str:
+    if record is None:
+        return "not started"
+    return f"{record.phase}, iteration {record.iteration}/{record.max_iterations}, {record.status}"
+
+
+def event_line(role: str, kind: str, entry: Any) -> Text:
+    if kind == "compaction":
+        fallback = " (fallback summary)" if entry.get("fallback") else ""
+        return Text(f"  {role}: compaction #{entry.get('id')} after step {entry.get('after_step')}: "
+                    f"~{entry.get('tokens_before', 0):,} -> ~{entry.get('tokens_after', 0):,} tokens{fallback}")
+    style = "yellow" if kind == "warning" else "red"
+    return Text.assemble((f"  {role} {kind}: ", style), str(entry))
+
+
+# ---- tables --------------------------------------------------------------------------------
+
+
+def agents_table(snap: Snapshot, detailed: bool = False) -> Table:
+    table = Table(title=None, expand=False)
+    for column in ("agent", "model", "steps", "context (last step vs threshold)", "compactions"):
+        table.add_column(column)
+    if detailed:
+        table.add_column("circuit breaker")
+    for view in snap.agents.values():
+        model = Text("SIMULATED", style="bold magenta") if view.model == SIMULATED else Text(view.model or "-")
+        compactions = f"{len(view.compactions)}" + (f" ({view.fallbacks} fallback)" if view.fallbacks else "")
+        row: list[Any] = [view.role, model, str(view.steps), gauge(view), compactions]
+        if detailed:
+            row.append(view.breaker)
+        table.add_row(*row)
+    return table
+
+
+def iterations_table(root: Path, record: RunRecord) -> Table:
+    table = Table("iteration", "success rate", "passed", "report")
+    for r in record.results:
+        report = Layout(root).outputs(r.iteration) / "report.json"
+        table.add_row(str(r.iteration), f"{r.success_rate:.0%} (target {record.target_success_rate:.0%})",
+                      f"{r.passed}/{r.total}", str(report) if report.exists() else "-")
+    return table
+
+
+def layers_table(role: str, assembled: Any, config: Any) -> Table:
+    """``baton context``: the next request of an agent, by layer."""
+    table = Table("layer", "tokens", title=f"{role}: the next request")
+    for layer, tokens in assembled.layers.items():
+        table.add_row(layer, f"{tokens:,}")
+    table.add_row(Text("raw total", style="bold"), f"{assembled.raw_tokens:,}")
+    table.add_row(Text("estimated input (calibrated)", style="bold"), f"{assembled.estimated_input:,}")
+    table.add_row("threshold / window", f"{config.context.threshold:,} / {config.context.window:,}")
+    table.add_row("steps compressed / verbatim / trimmed",
+                  f"{assembled.compressed_steps} / {assembled.verbatim_steps} / {assembled.trimmed_steps}")
+    return table
+
+
+# ---- status --------------------------------------------------------------------------------
+
+
+def status_report(root: Path) -> None:
+    """``baton status NAME``: one scenario in detail, its agents' errors, warnings and log problems included."""
+    name = root.name
+    snap = Snapshot.read(root, detailed=True)
+    record = snap.record
+    if snap.simulated:
+        out.print(simulated_banner())
+    out.print(Text.assemble((name, "bold"), f": {where(record)}"))
+    if record is not None:
+        say(Text(f"target {record.target_success_rate:.0%}, success rates: {rates(record)}, "
+                 f"auto-approve {'on' if record.auto_approve else 'off'}, updated {record.updated_at}"))
+        if record.last_error:
+            say(Text.assemble(("last error: ", "bold red"), record.last_error))
+        if record.results:
+            out.print(iterations_table(root, record))
+    out.print(agents_table(snap, detailed=True))
+    problem = toml_problem(root)
+    if problem:
+        say(Text.assemble(("scenario.toml: ", "bold red"), problem))
+    for view in snap.agents.values():
+        for kind, entries in (("error", view.errors), ("warning", view.warnings), ("log problem", view.problems)):
+            for entry in entries:
+                say(event_line(view.role, kind, entry))
+    if record is not None and record.phase == "awaiting_approval":
+        say(Text(f"next: `baton approve {name}` or `baton reject {name} --feedback '...'`"))
+
+
+def status_overview(folder: Path) -> None:
+    """``baton status``: one row per scenario in ``folder``."""
+    roots = sorted(p for p in folder.glob("*") if (p / "scenario.toml").is_file()) if folder.is_dir() else []
+    if not roots:
+        say(Text(f"no scenarios in {folder}; create one with `baton new NAME`"))
+        return
+    table = Table("scenario", "phase", "iter", "status", "success rates", "init context", "execute context",
+                  "compactions init/execute", "notes")
+    for root in roots:
+        table.add_row(*status_row(root))
+    out.print(table)
+
+
+def status_row(root: Path) -> list[Any]:
+    try:
+        snap = Snapshot.read(root)
+    except StoreError:  # one broken folder must not hide the others
+        note = Text(f"run.json is corrupted: `baton status {root.name}` says how to fix it", style="red")
+        return [root.name, "?", "?", Text("unreadable", style="red"), "-", "-", "-", "-", note]
+    record, agents = snap.record, snap.agents
+    notes = [record.last_error] if record is not None and record.last_error else []
+    notes += [f"{len(a.problems)} torn/bad log line(s) ({a.role})" for a in agents.values() if a.problems]
+    notes += [f"{len(a.warnings)} warning(s) ({a.role})" for a in agents.values() if a.warnings]
+    if toml_problem(root):
+        notes.append("invalid scenario.toml")
+    if snap.simulated:
+        notes.insert(0, "SIMULATED")
+    return [
+        root.name, record.phase if record else "not started", str(record.iteration) if record else "-",
+        record.status if record else "-", rates(record), gauge(agents["init"], True), gauge(agents["execute"], True),
+        " / ".join(str(len(a.compactions)) for a in agents.values()), "; ".join(notes),
+    ]
+
+
+# ---- a run in progress, and its end ----------------------------------------------------------
+
+
+def progress_view(snap: Snapshot) -> Group:
+    name = snap.root.name
+    head = Text.assemble((f"{name}: ", "bold"), where(snap.record), f"   success rates: {rates(snap.record)}")
+    if snap.simulated:
+        head.append("   SIMULATED", style="bold reverse magenta")
+    return Group(head, agents_table(snap))
+
+
+class Progress:
+    """Status lines for what changed since the last look, plus a live table on a terminal."""
+
+    def __init__(self, root: Path, simulated: bool):
+        self.root = root
+        self.live: Live | None = None
+        self.seen: dict[str, int] = {}
+        self.phase = ""
+        self.results = 0
+        self.simulated = simulated
+        if simulated:
+            out.print(simulated_banner())
+
+    def __enter__(self) -> Self:
+        self.baseline(Snapshot.read(self.root))
+        if out.is_terminal:
+            self.live = Live(console=out, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        self.refresh()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+
+    def baseline(self, snap: Snapshot) -> None:
+        """Mark what is already on disk as seen: a resumed run reports only what it adds."""
+        self.results = len(snap.record.results) if snap.record else 0
+        for view in snap.agents.values():
+            for kind, entries in (("compaction", view.compactions), ("warning", view.warnings), ("error", view.errors)):
+                self.seen[f"{view.role}:{kind}"] = len(entries)
+
+    def refresh(self, *_: object) -> Snapshot:
+        snap = Snapshot.read(self.root)
+        self.lines(snap)
+        if self.live is not None:
+            self.live.update(progress_view(snap))
+        return snap
+
+    def lines(self, snap: Snapshot) -> None:
+        if snap.simulated and not self.simulated:  # broker mode learns the model from the first step event
+            self.simulated = True
+            out.print(simulated_banner())
+        record = snap.record
+        if record is not None:
+            for result in record.results[self.results:]:
+                say(Text(f"» iteration {result.iteration}: success rate {result.success_rate:.0%} "
+                         f"({result.passed}/{result.total}), target {record.target_success_rate:.0%}"))
+            self.results = len(record.results)
+            phase = f"iteration {record.iteration}: {record.phase}"
+            if phase != self.phase:
+                self.phase = phase
+                label = " SIMULATED" if self.simulated or snap.simulated else ""
+                say(Text.assemble(("» ", "cyan"), phase, ACTORS.get(record.phase, ""), (label, "bold magenta")))
+        for view in snap.agents.values():
+            self.new_events(view)
+
+    def new_events(self, view: AgentView) -> None:
+        # Count-based: print only the entries past what was already shown.
+        for kind, entries in (("compaction", view.compactions), ("warning", view.warnings), ("error", view.errors)):
+            key = f"{view.role}:{kind}"
+            for entry in entries[self.seen.get(key, 0):]:
+                say(event_line(view.role, kind, entry))
+            self.seen[key] = len(entries)
+
+
+def summary(root: Path) -> None:
+    """After a run (or the part of it this command ran): where it stands, its iterations and agents."""
+    snap = Snapshot.read(root)
+    record = snap.record
+    out.print(Text.assemble(("\nsummary ", "bold"), (root.name, "bold"), f": {where(record)}",
+                            ("   SIMULATED" if snap.simulated else "", "bold reverse magenta")))
+    if record is not None and record.results:
+        out.print(iterations_table(root, record))
+    out.print(agents_table(snap))
+    if record is not None and record.last_error:
+        say(Text.assemble(("last error: ", "bold red"), record.last_error))
+    say(Text(f"scenario folder: {root}  (design/, handoffs/, execution_outputs/, state/)"))
