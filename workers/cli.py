@@ -141,7 +141,8 @@ def advance(name: str, move: Callable[[Path], list[loop.Task]], profile: str | N
         raise typer.Exit(code)
 
 
-def start(root: Path, auto_approve: bool, profile: str | None) -> list[loop.Task]:
+def start_run(root: Path, auto_approve: bool, profile: str | None) -> list[loop.Task]:
+    """``baton run``'s move: start a run (a finished one is archived first) or continue the current one."""
     record = load_run(root)
     if record is not None and record.phase == "done":
         say(Text(f"{root.name} finished before ({record.status}); starting a new run, "
@@ -163,7 +164,7 @@ def run(
     follow: Follow = True,
 ) -> None:
     """Launch (or continue) the iterations and follow progress."""
-    advance(name, lambda root: start(root, auto_approve, profile), profile, embedded, follow)
+    advance(name, lambda root: start_run(root, auto_approve, profile), profile, embedded, follow)
 
 
 @cli.command()

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.config import ConfigError
-from agents.settings_layers import load_scenario_config
 from agents.disk import AgentDisk
+from agents.settings_layers import load_scenario_config
 from scenarios.run import RunRecord, load_run
 from scenarios.store import AGENTS, Layout, read_jsonl
 
