@@ -1,51 +1,30 @@
-"""Agent settings: defined once, resolved from four layers (SPEC §1).
+"""Agent settings, one section per component (docs/agents.md, "Settings").
 
-Lowest to highest, each layer overriding the one below:
+An ``AgentConfig`` has three sections, as mini-swe-agent's config has one per part:
 
-1. built-in defaults (``ROLE_DEFAULTS`` and the field defaults), plus a profile
-   from ``PROFILES`` (``demo`` shrinks the windows so compaction happens in a
-   short offline run);
-2. ``scenario.toml``: ``[agents]`` for both roles, ``[agents.init]`` /
-   ``[agents.execute]`` for one (the role table wins);
-3. environment variables: ``BATON_<FIELD>`` for both roles,
-   ``BATON_<ROLE>_<FIELD>`` for one (the role variable wins);
-4. explicit arguments (CLI flags).
+- ``model``: which model and backend, and the summary call's limits (``ModelSettings``);
+- ``context``: how the context is kept, the engine's own ``context.assembly.Policy``;
+- ``tools``: what the tools may do (``ToolSettings``);
 
-Every resolved value remembers where it came from, so an invalid combination is
-reported with the file, table or variable to fix, e.g. ``execute.threshold =
-800000 (from environment variable BATON_EXECUTE_THRESHOLD) must be below
-execute.window = 200000 (from scenario.toml [agents.execute])``.
+plus the role, its Celery queue and the steps a turn may take.
 
-The API key is deliberately absent: it is a secret, read only by the Anthropic
-client, never part of a config that may be logged or sent as a task argument.
+Every setting also has a short flat name (``threshold``, ``bash_enabled``, ``model``
+for ``model.name``): the names scenario.toml, the environment and the CLI have
+always used, and the ones errors show. ``AgentConfig`` accepts flat names, dotted
+names and nested sections alike, and checks the rules between settings before the
+sections are built, so a message can name each setting's source (see
+``agents.settings_layers``).
 """
 
 from __future__ import annotations
 
-import difflib
-import os
-import re
-import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from decimal import Decimal
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from agents.role import Role
 from context.assembly import Policy
-
-Role = Literal["init", "execute"]
-ROLES: tuple[Role, ...] = ("init", "execute")
 
 # Largest context window of each model, in tokens. The 1M windows need the beta header.
 KNOWN_MODELS: dict[str, int] = {
@@ -58,456 +37,201 @@ KNOWN_MODELS: dict[str, int] = {
 STANDARD_WINDOW = 200_000
 LONG_CONTEXT_BETA = "context-1m-2025-08-07"
 
-# The settings that differ between the two agents (SPEC §1 table); all others
-# share the field defaults of AgentConfig.
+# The settings that differ between the two agents (the table in docs/agents.md),
+# by flat name; all others share the section defaults.
 ROLE_DEFAULTS: dict[Role, dict[str, Any]] = {
-    "init": {
-        "model": "claude-opus-4-5",
-        "window": 200_000,
-        "threshold": 150_000,
-        "keep_last_steps": 3,
-        "queue": "init",
-    },
-    "execute": {
-        "model": "claude-sonnet-4-5",
-        "window": 1_000_000,
-        "threshold": 700_000,
-        "keep_last_steps": 5,
-        "queue": "execute",
-    },
+    "init": {"model": "claude-opus-4-5", "window": 200_000, "threshold": 150_000, "keep_last_steps": 3,
+             "queue": "init"},
+    "execute": {"model": "claude-sonnet-4-5", "window": 1_000_000, "threshold": 700_000, "keep_last_steps": 5,
+                "queue": "execute"},
 }
-
-# Profiles have the shape of the scenario.toml [agents] table: keys for both
-# roles, plus optional "init" / "execute" tables for one.
-PROFILES: dict[str, dict[str, Any]] = {
-    "default": {},
-    "demo": {
-        "start_tokens": 2_000,
-        "max_tokens": 2_048,
-        "summary_max_tokens": 1_500,
-        "init": {"window": 16_000, "threshold": 11_000},
-        "execute": {"window": 24_000, "threshold": 18_000},
-    },
-}
-DEFAULT_PROFILE = "default"
 
 BUILT_IN = "built-in default"
-ARGUMENT = "explicit argument"
-PROFILE_VARIABLE = "BATON_PROFILE"
+
+# strict: a TOML string "200000" or a boolean is a mistake, not a number;
+# environment strings are parsed explicitly before they get here.
+_STRICT = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class ConfigError(ValueError):
     """A setting is invalid; the message names the setting, its value and its source."""
 
 
-class AgentConfig(BaseModel):
-    """Every setting of one agent. Construct with ``AgentConfig(role=...)`` for the
-    built-in defaults of that role, or with ``resolve_config`` for all layers."""
+class ModelSettings(BaseModel):
+    model_config = _STRICT
 
-    # strict: a TOML string "200000" or a boolean is a mistake, not a number;
-    # environment strings are parsed explicitly before they get here.
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
-
-    role: Role
-    model: str = Field(description="model id, one of KNOWN_MODELS")
+    name: str = Field(description="model id, one of KNOWN_MODELS")
     backend: Literal["auto", "anthropic", "simulated"] = Field(
         "auto", description="auto: anthropic when ANTHROPIC_API_KEY is set, else simulated"
     )
-    window: int = Field(gt=0, description="hard context limit in tokens")
-    threshold: int = Field(gt=0, description="compact when the estimated input passes this")
-    keep_last_steps: int = Field(ge=1, description="N: steps kept verbatim")
-    batch: int = Field(5, ge=1, description="B: steps compressed at a time (hysteresis)")
-    start_tokens: int = Field(10_000, ge=0, description="older layers are trimmed only past this size")
-    payback_calls: int = Field(30, ge=0, description="a batch is compressed only if it repays the cache rewrite")
-    max_tokens: int = Field(8_192, gt=0, description="output tokens per step")
+    temperature: float | None = Field(None, ge=0, le=1, description="None: the API default")
     summary_max_tokens: int = Field(4_000, gt=0, description="output tokens of a compaction summary")
     summary_temperature: float = Field(0.0, ge=0, le=1)
     summary_timeout_s: float = Field(120.0, gt=0, description="after this the summary falls back")
-    queue: str = Field(min_length=1, description="Celery queue of the agent's steps")
+
+    @field_validator("name")
+    @classmethod
+    def _known_model(cls, name: str) -> str:
+        if name not in KNOWN_MODELS:
+            raise ValueError(f"unknown model; known models: {', '.join(sorted(KNOWN_MODELS))}")
+        return name
+
+
+class ToolSettings(BaseModel):
+    model_config = _STRICT
+
     bash_enabled: bool = Field(False, description="the Bash tool is off by default, enabled per role")
     bash_timeout_s: float = Field(60.0, gt=0)
     output_cap_chars: int = Field(30_000, gt=0, description="tool output kept per call")
     eval_timeout_s: float = Field(10.0, gt=0, description="time limit per evaluated sample")
     eval_memory_mb: int = Field(512, gt=0, description="memory limit per evaluated sample")
+
+
+SECTIONS: dict[str, type[BaseModel]] = {"model": ModelSettings, "context": Policy, "tools": ToolSettings}
+TOP_LEVEL = ("queue", "max_steps_per_turn")
+
+
+def _flat_names() -> dict[str, tuple[str, ...]]:
+    """Flat name -> path in the config, in the order errors list them."""
+    names: dict[str, tuple[str, ...]] = {}
+    for section, model in SECTIONS.items():
+        for field in model.model_fields:
+            names["model" if (section, field) == ("model", "name") else field] = (section, field)
+    names.update({field: (field,) for field in TOP_LEVEL})
+    return names
+
+
+FLAT_NAMES: dict[str, tuple[str, ...]] = _flat_names()
+SETTABLE_FIELDS: tuple[str, ...] = tuple(FLAT_NAMES)
+_BY_PATH = {path: flat for flat, path in FLAT_NAMES.items()}
+
+
+def flat_name(path: tuple[str | int, ...]) -> str:
+    """The flat name of a setting at ``path`` (as pydantic reports it), or the dotted path."""
+    key = tuple(str(part) for part in path)
+    return _BY_PATH.get(key, ".".join(key))
+
+
+def field_annotation(flat: str) -> Any:
+    """The type of the setting called ``flat``."""
+    *section, field = FLAT_NAMES[flat]
+    model = SECTIONS[section[0]] if section else AgentConfig
+    return model.model_fields[field].annotation
+
+
+def flatten(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat names for a mapping of flat names, dotted names or nested sections.
+
+    Unknown keys are kept as they are, for the model to report.
+    """
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in SECTIONS and (isinstance(value, Mapping) or isinstance(value, BaseModel)):
+            items = value.model_dump() if isinstance(value, BaseModel) else value
+            for field, inner in items.items():
+                flat[_BY_PATH.get((key, field), f"{key}.{field}")] = inner
+        elif "." in key and tuple(key.split(".")) in _BY_PATH:
+            flat[_BY_PATH[tuple(key.split("."))]] = value
+        else:
+            flat[key] = value
+    return flat
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The nested form of a mapping of flat names; unknown keys stay at the top."""
+    nested: dict[str, Any] = {section: {} for section in SECTIONS}
+    for key, value in flat.items():
+        path = FLAT_NAMES.get(key, (key,))
+        if len(path) == 1:
+            nested[key] = value
+        else:
+            nested[path[0]][path[1]] = value
+    return nested
+
+
+class AgentConfig(BaseModel):
+    """Every setting of one agent. ``AgentConfig(role=...)`` gives the built-in defaults of
+    that role; ``agents.settings_layers.resolve_config`` applies every layer."""
+
+    model_config = _STRICT
+
+    role: Role
+    queue: str = Field(min_length=1, description="Celery queue of the agent's steps")
     max_steps_per_turn: int = Field(150, ge=1)
-    temperature: float | None = Field(None, ge=0, le=1, description="None: the API default")
+    model: ModelSettings
+    context: Policy
+    tools: ToolSettings = Field(default_factory=ToolSettings)
 
     @model_validator(mode="before")
     @classmethod
-    def _fill_role_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("role"), str) and data["role"] in ROLE_DEFAULTS:
-            return {**ROLE_DEFAULTS[data["role"]], **data}
-        return data
-
-    @field_validator("model")
-    @classmethod
-    def _known_model(cls, model: str) -> str:
-        if model not in KNOWN_MODELS:
-            raise ValueError(f"unknown model; known models: {', '.join(sorted(KNOWN_MODELS))}")
-        return model
-
-    @model_validator(mode="after")
-    def _consistent(self, info: ValidationInfo) -> AgentConfig:
-        # resolve_config passes the source of each field as validation context.
-        sources = (info.context or {}).get("sources")
-        problems = consistency_problems(self, sources)
+    def _from_any_names(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        flat = flatten(data)
+        role = flat.get("role")
+        if isinstance(role, str) and role in ROLE_DEFAULTS:
+            flat = {**ROLE_DEFAULTS[role], **flat}  # type: ignore[index]
+        # The rules between settings are checked on the flat values, before the sections
+        # validate, so the message names both settings and (when resolved) their sources.
+        problems = consistency_problems(flat, (info.context or {}).get("sources"))
         if problems:
             raise ValueError("\n".join(problems))
-        return self
+        return nest(flat)
 
     @property
     def betas(self) -> list[str]:
         """Beta headers the API needs for this window."""
-        return [LONG_CONTEXT_BETA] if self.window > STANDARD_WINDOW else []
+        return [LONG_CONTEXT_BETA] if self.context.window > STANDARD_WINDOW else []
 
-    def policy(self) -> Policy:
-        """The context-assembly parameters of this agent."""
-        return Policy(
-            window=self.window,
-            threshold=self.threshold,
-            keep_last_steps=self.keep_last_steps,
-            batch=self.batch,
-            start_tokens=self.start_tokens,
-            payback_calls=self.payback_calls,
-            max_tokens=self.max_tokens,
-        )
-
-
-SETTABLE_FIELDS: tuple[str, ...] = tuple(name for name in AgentConfig.model_fields if name != "role")
+    def settings(self) -> dict[str, Any]:
+        """Every setting by its flat name (what scenario.toml and the environment set)."""
+        dumped = self.model_dump()
+        values: dict[str, Any] = {"role": self.role}
+        for flat, path in FLAT_NAMES.items():
+            value: Any = dumped
+            for part in path:
+                value = value[part]
+            values[flat] = value
+        return values
 
 
-def consistency_problems(config: AgentConfig, sources: Mapping[str, str] | None = None) -> list[str]:
-    """Rules between fields, each message naming both settings and, when known
-    (resolved configs), their sources."""
+def _default(flat: str) -> Any:
+    *section, field = FLAT_NAMES[flat]
+    model = SECTIONS[section[0]] if section else AgentConfig
+    return model.model_fields[field].default
 
-    def show(field: str) -> str:
-        text = f"{config.role}.{field} = {getattr(config, field)!r}"
-        return text if sources is None else f"{text} (from {sources.get(field, BUILT_IN)})"
 
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def consistency_problems(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> list[str]:
+    """Rules between settings (flat names), each message naming both settings and, when
+    known (resolved configs), their sources. Values of the wrong type are left to the
+    field checks."""
+    role = values.get("role", "?")
+
+    def get(flat: str) -> Any:
+        return values[flat] if flat in values else _default(flat)
+
+    def show(flat: str) -> str:
+        text = f"{role}.{flat} = {get(flat)!r}"
+        return text if sources is None else f"{text} (from {sources.get(flat, BUILT_IN)})"
+
+    window, threshold = _int(get("window")), _int(get("threshold"))
+    max_tokens, summary = _int(get("max_tokens")), _int(get("summary_max_tokens"))
     problems = []
-    if config.threshold >= config.window:
-        problems.append(f"{show('threshold')} must be below {show('window')}")
-    elif config.threshold + config.max_tokens > config.window:
-        problems.append(
-            f"{show('threshold')} plus {show('max_tokens')} must fit in {show('window')}, "
-            "or a request just under the threshold has no room for the answer"
-        )
-    if config.summary_max_tokens >= config.window:
+    if window is not None and threshold is not None and max_tokens is not None:
+        if threshold >= window:
+            problems.append(f"{show('threshold')} must be below {show('window')}")
+        elif threshold + max_tokens > window:
+            problems.append(
+                f"{show('threshold')} plus {show('max_tokens')} must fit in {show('window')}, "
+                "or a request just under the threshold has no room for the answer"
+            )
+    if window is not None and summary is not None and summary >= window:
         problems.append(f"{show('summary_max_tokens')} must be below {show('window')}")
-    model_window = KNOWN_MODELS[config.model]
-    if config.window > model_window:
+    model_window = KNOWN_MODELS.get(get("model")) if isinstance(get("model"), str) else None
+    if window is not None and model_window is not None and window > model_window:
         problems.append(f"{show('window')} exceeds the {model_window}-token window of {show('model')}")
     return problems
-
-
-# ---- scenario.toml ----------------------------------------------------------------
-
-
-class ScenarioConfig(BaseModel):
-    """The whole scenario.toml. The ``agents`` table is kept raw; its keys are
-    checked here, its values when an agent's config is resolved."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
-
-    name: str = Field(min_length=1)
-    description: str = ""
-    target_success_rate: float = Field(0.85, ge=0, le=1)
-    max_iterations: int = Field(3, ge=1)
-    profile: str | None = None
-    agents: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, profile: str | None) -> str | None:
-        if profile is not None and profile not in PROFILES:
-            raise ValueError(unknown_profile_message(profile))
-        return profile
-
-    @field_validator("agents")
-    @classmethod
-    def _known_agent_keys(cls, agents: dict[str, Any]) -> dict[str, Any]:
-        split_tables(agents, lambda role: "[agents]" if role is None else f"[agents.{role}]")
-        return agents
-
-
-def load_scenario_config(path: Path | str) -> ScenarioConfig:
-    """Read and validate a scenario.toml; every error names the file."""
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"scenario file not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path} is a directory, expected a scenario.toml file") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 text: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    try:
-        return ScenarioConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError("\n".join(_scenario_problem(path, error) for error in exc.errors())) from None
-
-
-def _scenario_problem(path: Path, error: Any) -> str:
-    key = ".".join(str(part) for part in error["loc"])
-    if error["type"] == "value_error":  # our own messages name what is wrong; skip the (large) input
-        return f"{path}: {key}: {_error_text(error)}"
-    if error["type"] == "extra_forbidden":
-        valid = ", ".join(ScenarioConfig.model_fields)
-        return f"{path}: unknown key {key!r}; valid keys: {valid}"
-    if error["type"] == "missing":
-        return f"{path}: missing required key {key!r}"
-    return f"{path}: {key} = {error['input']!r}: {_error_text(error)}"
-
-
-def scenario_toml_path(scenario_dir_or_toml: Path | str) -> Path:
-    """A scenario folder's scenario.toml, or the given file itself."""
-    path = Path(scenario_dir_or_toml)
-    return path / "scenario.toml" if path.is_dir() else path
-
-
-# ---- resolution -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Setting:
-    value: Any
-    source: str
-
-
-Settings = dict[str, Setting]
-
-
-def resolve_config(
-    role: Role,
-    *,
-    scenario_toml: Path | str | None = None,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    profile: str | None = None,
-) -> AgentConfig:
-    """One agent's config from defaults (+ profile) < scenario.toml < environment < arguments.
-
-    ``env`` defaults to ``os.environ``. ``overrides`` has the shape of the
-    [agents] table (field names, plus optional "init"/"execute" mappings); a
-    None value means "not given", as for an unset CLI flag.
-    """
-    toml_path = scenario_toml_path(scenario_toml) if scenario_toml is not None else None
-    scenario = load_scenario_config(toml_path) if toml_path is not None else None
-    return _resolve(role, scenario, toml_path, os.environ if env is None else env, overrides, profile)
-
-
-def resolve_agents(
-    scenario_dir_or_toml: Path | str | None,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    profile: str | None = None,
-) -> dict[str, AgentConfig]:
-    """Both agents' configs for a scenario folder (or its scenario.toml), read once."""
-    toml_path = scenario_toml_path(scenario_dir_or_toml) if scenario_dir_or_toml is not None else None
-    scenario = load_scenario_config(toml_path) if toml_path is not None else None
-    env = os.environ if env is None else env
-    return {role: _resolve(role, scenario, toml_path, env, overrides, profile) for role in ROLES}
-
-
-def _resolve(
-    role: Role,
-    scenario: ScenarioConfig | None,
-    toml_path: Path | str | None,
-    env: Mapping[str, str],
-    overrides: Mapping[str, Any] | None,
-    profile: str | None,
-) -> AgentConfig:
-    if role not in ROLES:
-        raise ConfigError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
-    profile_name, profile_source = choose_profile(profile, env, scenario, toml_path)
-    if profile_name not in PROFILES:
-        raise ConfigError(f"{unknown_profile_message(profile_name)} (from {profile_source})")
-
-    settings: Settings = {}
-    settings.update(table_layer(PROFILES[profile_name], role, lambda _: f"profile {profile_name!r}"))
-    if scenario is not None:
-        settings.update(table_layer(scenario.agents, role, _toml_source(toml_path)))
-    settings.update(env_layer(env, role))
-    settings.update(table_layer(overrides or {}, role, lambda _: ARGUMENT))
-    return build_config(role, settings)
-
-
-def choose_profile(
-    profile: str | None,
-    env: Mapping[str, str],
-    scenario: ScenarioConfig | None,
-    toml_path: Path | str | None,
-) -> tuple[str, str]:
-    """The profile name and where the choice came from, in layer order."""
-    if profile is not None:
-        return profile, ARGUMENT
-    if env.get(PROFILE_VARIABLE):
-        return env[PROFILE_VARIABLE].strip(), f"environment variable {PROFILE_VARIABLE}"
-    if scenario is not None and scenario.profile is not None:
-        return scenario.profile, f"{toml_path} profile"
-    return DEFAULT_PROFILE, BUILT_IN
-
-
-def unknown_profile_message(name: str) -> str:
-    return f"unknown profile {name!r}; known profiles: {', '.join(PROFILES)}"
-
-
-def build_config(role: Role, settings: Settings) -> AgentConfig:
-    """Validate the merged settings, turning pydantic's errors into ConfigError with sources."""
-    sources = {field: setting.source for field, setting in settings.items()}
-    values = {field: setting.value for field, setting in settings.items()}
-    try:
-        return AgentConfig.model_validate({**values, "role": role}, context={"sources": sources})
-    except ValidationError as exc:
-        problems = [_field_problem(role, error, sources) for error in exc.errors()]
-        raise ConfigError("\n".join(problems)) from None
-
-
-def _field_problem(role: str, error: Any, sources: Mapping[str, str]) -> str:
-    if not error["loc"]:  # a rule between fields: its message already names them
-        return _error_text(error)
-    field = str(error["loc"][0])
-    return f"{role}.{field} = {error['input']!r} (from {sources.get(field, BUILT_IN)}): {_error_text(error)}"
-
-
-def _error_text(error: Any) -> str:
-    # pydantic prefixes our own ValueError messages with "Value error, "; use the original.
-    if error["type"] == "value_error":
-        return str(error["ctx"]["error"])
-    return error["msg"]
-
-
-# ---- layers -----------------------------------------------------------------------
-
-
-def table_layer(table: Mapping[str, Any], role: Role, source: Callable[[str | None], str]) -> Settings:
-    """Settings for ``role`` from an [agents]-shaped table: shared keys, then the role's table.
-
-    ``source(None)`` labels the shared keys, ``source(role)`` the role's table.
-    """
-    shared, per_role = split_tables(table, source)
-    layer = {field: Setting(value, source(None)) for field, value in shared.items() if value is not None}
-    role_table = per_role.get(role, {})
-    layer.update({field: Setting(value, source(role)) for field, value in role_table.items() if value is not None})
-    return layer
-
-
-def split_tables(
-    table: Mapping[str, Any], source: Callable[[str | None], str]
-) -> tuple[dict[str, Any], dict[str, Mapping[str, Any]]]:
-    """Split an [agents]-shaped table into shared settings and per-role tables,
-    rejecting unknown keys (all of them at once, so one fix round is enough)."""
-    shared = {key: value for key, value in table.items() if key not in ROLES}
-    per_role = {key: value for key, value in table.items() if key in ROLES}
-    problems = [_unknown_keys(shared, source(None), role_tables_allowed=True)]
-    for role, role_table in per_role.items():
-        if isinstance(role_table, Mapping):
-            problems.append(_unknown_keys(role_table, source(role)))
-        else:
-            problems.append(f"{source(role)} must be a table of settings, got {role_table!r}")
-    problems = [problem for problem in problems if problem]
-    if problems:
-        raise ConfigError("\n".join(problems))
-    return shared, per_role
-
-
-def _unknown_keys(table: Mapping[str, Any], where: str, role_tables_allowed: bool = False) -> str | None:
-    unknown = [key for key in table if key not in SETTABLE_FIELDS]
-    if not unknown:
-        return None
-    hints = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, SETTABLE_FIELDS, n=1)
-        hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
-    also = ", plus the init and execute tables" if role_tables_allowed else ""
-    return f"unknown setting {', '.join(hints)} in {where}; valid settings: {', '.join(SETTABLE_FIELDS)}{also}"
-
-
-def _toml_source(toml_path: Path | str | None) -> Callable[[str | None], str]:
-    return lambda role: f"{toml_path} [agents]" if role is None else f"{toml_path} [agents.{role}]"
-
-
-def env_layer(env: Mapping[str, str], role: Role) -> Settings:
-    """Settings from BATON_<FIELD> (both roles), then BATON_<ROLE>_<FIELD> (this role).
-
-    Other BATON_ variables belong to other parts of baton and are ignored, except
-    BATON_INIT_* / BATON_EXECUTE_* names that match no setting: those are typos
-    that would otherwise be silently ignored.
-    """
-    _reject_unknown_role_variables(env)
-    layer: Settings = {}
-    for prefix in ("BATON_", f"BATON_{role.upper()}_"):
-        for field in SETTABLE_FIELDS:
-            name = prefix + field.upper()
-            if name not in env:
-                continue
-            source = f"environment variable {name}"
-            try:
-                layer[field] = Setting(parse_env_value(field, env[name]), source)
-            except ValueError as exc:
-                raise ConfigError(f"{role}.{field} = {env[name]!r} (from {source}): {exc}") from None
-    return layer
-
-
-def _reject_unknown_role_variables(env: Mapping[str, str]) -> None:
-    known = {f"BATON_{role.upper()}_{field.upper()}" for role in ROLES for field in SETTABLE_FIELDS}
-    prefixes = tuple(f"BATON_{role.upper()}_" for role in ROLES)
-    unknown = sorted(name for name in env if name.startswith(prefixes) and name not in known)
-    if unknown:
-        valid = ", ".join(field.upper() for field in SETTABLE_FIELDS)
-        raise ConfigError(
-            f"unknown agent setting in environment variable {', '.join(unknown)}; "
-            f"BATON_<ROLE>_<SETTING> expects SETTING among: {valid}"
-        )
-
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-_NONE = {"", "none", "null"}
-_INT_PATTERN = re.compile(r"([+-]?\d+(?:\.\d+)?)([km]?)")
-_INT_SUFFIXES = {"": 1, "k": 1_000, "m": 1_000_000}
-
-
-def parse_env_value(field: str, text: str) -> Any:
-    """An environment string as the field's type (ValueError if it is not one);
-    the model then validates the range or the choice."""
-    annotation = AgentConfig.model_fields[field].annotation
-    if annotation is bool:
-        return parse_bool(text)
-    if annotation is int:
-        return parse_int(text)
-    if annotation is float:
-        return parse_float(text)
-    if annotation == float | None:
-        return None if text.strip().lower() in _NONE else parse_float(text)
-    return text.strip()  # str and Literal fields
-
-
-def parse_float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError("expected a number") from None
-
-
-def parse_bool(text: str) -> bool:
-    word = text.strip().lower()
-    if word in _TRUE:
-        return True
-    if word in _FALSE:
-        return False
-    raise ValueError(f"expected a boolean ({'/'.join(sorted(_TRUE | _FALSE))})")
-
-
-def parse_int(text: str) -> int:
-    """Integers such as 700000, 700_000, 700k, 1M or 1.5M."""
-    match = _INT_PATTERN.fullmatch(text.strip().replace("_", "").lower())
-    if match is None:
-        raise ValueError("expected an integer such as 700000, 700_000, 700k or 1M")
-    number, suffix = match.groups()
-    value = Decimal(number) * _INT_SUFFIXES[suffix]  # Decimal: "1.5M" is exact, no float rounding
-    if value != value.to_integral_value():
-        raise ValueError("expected a whole number")
-    return int(value)

@@ -8,7 +8,7 @@ import pytest
 
 from agents.models import ModelRequest
 from agents.simulated import SimulatedModel
-from agents.step import AgentDisk
+from agents.disk import AgentDisk
 from tests.agent_run import (
     agents,
     assert_log_consistent,
@@ -94,11 +94,11 @@ def test_each_agent_compacted_in_iteration_one_with_valid_summaries(run):
     root, _, first = run
     for role in ("init", "execute"):
         disk = assert_log_consistent(root, role)
-        compactions = [e for e in disk.events if e["kind"] == "compaction"]
-        in_first = [e for e in compactions if e["after_step"] <= first[role]]
+        compactions = [e for e in disk.events if e.kind == "compaction"]
+        in_first = [e for e in compactions if e.after_step <= first[role]]
         assert in_first, f"{role} never compacted in iteration 1"
-        assert not any(e["fallback"] for e in compactions), "the simulated summaries should validate"
-        assert all(e["tokens_after"] < e["tokens_before"] for e in compactions)
+        assert not any(e.fallback for e in compactions), "the simulated summaries should validate"
+        assert all(e.tokens_after < e.tokens_before for e in compactions)
 
 
 def test_everything_says_simulated(run):
@@ -106,7 +106,7 @@ def test_everything_says_simulated(run):
     for role in ("init", "execute"):
         disk = AgentDisk.load(root, role)
         assert {r.model for r in disk.steps} == {"simulated"}
-        assert all(e["model"] == "simulated" for e in disk.events if e["kind"] == "step")
+        assert all(e.model == "simulated" for e in disk.events if e.kind == "step")
         assert all(r.message["content"][0]["text"].startswith("[simulated]") for r in disk.steps)
     for n in (1, 2):
         assert json.loads((root / f"execution_outputs/iteration_{n}/report.json").read_text())["model_label"] == "simulated"

@@ -3,17 +3,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agents.config import (
-    KNOWN_MODELS,
-    LONG_CONTEXT_BETA,
-    PROFILES,
-    AgentConfig,
-    ConfigError,
-    load_scenario_config,
-    parse_int,
-    resolve_agents,
-    resolve_config,
-)
+from agents.config import KNOWN_MODELS, LONG_CONTEXT_BETA, AgentConfig, ConfigError
+from agents.settings_layers import PROFILES, load_scenario_config, parse_int, resolve_agents, resolve_config
 from context.assembly import Policy
 
 NO_ENV: dict[str, str] = {}
@@ -39,25 +30,27 @@ SHARED_DEFAULTS = {
     "summary_max_tokens": 4_000, "summary_temperature": 0.0, "summary_timeout_s": 120.0, "bash_enabled": False,
     "bash_timeout_s": 60.0, "output_cap_chars": 30_000, "eval_timeout_s": 10.0, "eval_memory_mb": 512,
     "max_steps_per_turn": 150, "temperature": None,
+    # the context engine's own settings, settable since the config has a context section
+    "result_cap_chars": 40_000, "kept_cap_chars": 5_000, "read_lines": 10, "min_verbatim_steps": 2,
 }
 
 
 @pytest.mark.parametrize("role", ["init", "execute"])
 def test_defaults_equal_the_spec_table(role):
     config = resolve_config(role, env=NO_ENV)
-    assert config.model_dump() == {"role": role, **SPEC_TABLE[role], **SHARED_DEFAULTS}
+    assert config.settings() == {"role": role, **SPEC_TABLE[role], **SHARED_DEFAULTS}
     assert config == AgentConfig(role=role)
 
 
 def test_demo_profile_shrinks_windows():
     configs = resolve_agents(None, env=NO_ENV, profile="demo")
     init, execute = configs["init"], configs["execute"]
-    assert (init.window, init.threshold) == (16_000, 11_000)
-    assert (execute.window, execute.threshold) == (24_000, 18_000)
+    assert (init.context.window, init.context.threshold) == (16_000, 11_000)
+    assert (execute.context.window, execute.context.threshold) == (24_000, 18_000)
     for config in configs.values():
-        assert (config.start_tokens, config.max_tokens, config.summary_max_tokens) == (2_000, 2_048, 1_500)
+        assert (config.context.start_tokens, config.context.max_tokens, config.model.summary_max_tokens) == (2_000, 2_048, 1_500)
         assert config.betas == []
-    assert init.model == "claude-opus-4-5" and execute.keep_last_steps == 5  # the rest is unchanged
+    assert init.model.name == "claude-opus-4-5" and execute.context.keep_last_steps == 5  # the rest is unchanged
 
 
 def test_default_profile_changes_nothing():
@@ -67,15 +60,15 @@ def test_default_profile_changes_nothing():
 
 def test_profile_choice_argument_then_environment_then_toml(tmp_path):
     toml = write_toml(tmp_path, 'profile = "demo"\n')
-    assert resolve_config("init", scenario_toml=toml, env=NO_ENV).window == 16_000
-    assert resolve_config("init", scenario_toml=toml, env={"BATON_PROFILE": "default"}).window == 200_000
+    assert resolve_config("init", scenario_toml=toml, env=NO_ENV).context.window == 16_000
+    assert resolve_config("init", scenario_toml=toml, env={"BATON_PROFILE": "default"}).context.window == 200_000
     both = resolve_config("init", scenario_toml=toml, env={"BATON_PROFILE": "default"}, profile="demo")
-    assert both.window == 16_000
+    assert both.context.window == 16_000
 
 
 def test_profile_is_the_lowest_layer(tmp_path):
     toml = write_toml(tmp_path, "[agents.init]\nthreshold = 9_500\n")
-    assert resolve_config("init", scenario_toml=toml, env=NO_ENV, profile="demo").threshold == 9_500
+    assert resolve_config("init", scenario_toml=toml, env=NO_ENV, profile="demo").context.threshold == 9_500
 
 
 @pytest.mark.parametrize(
@@ -108,7 +101,7 @@ def test_each_layer_beats_the_one_below(tmp_path):
     args = {"threshold": 17_000}
 
     def threshold(**kwargs) -> int:
-        return resolve_config("execute", **{"env": NO_ENV, "profile": "default", **kwargs}).threshold
+        return resolve_config("execute", **{"env": NO_ENV, "profile": "default", **kwargs}).context.threshold
 
     assert threshold() == 700_000
     assert threshold(profile="demo") == 18_000
@@ -121,22 +114,22 @@ def test_each_layer_beats_the_one_below(tmp_path):
 def test_role_table_beats_shared_agents_table(tmp_path):
     toml = write_toml(tmp_path, "[agents]\nbatch = 2\nbash_enabled = true\n[agents.execute]\nbatch = 7\n")
     configs = resolve_agents(tmp_path, env=NO_ENV)  # a scenario folder works as well as its toml
-    assert (configs["init"].batch, configs["execute"].batch) == (2, 7)
-    assert configs["init"].bash_enabled and configs["execute"].bash_enabled
+    assert (configs["init"].context.batch, configs["execute"].context.batch) == (2, 7)
+    assert configs["init"].tools.bash_enabled and configs["execute"].tools.bash_enabled
     assert resolve_agents(toml, env=NO_ENV) == configs
 
 
 def test_role_variable_beats_shared_variable():
     env = {"BATON_BATCH": "2", "BATON_EXECUTE_BATCH": "7"}
     configs = resolve_agents(None, env=env)
-    assert (configs["init"].batch, configs["execute"].batch) == (2, 7)
+    assert (configs["init"].context.batch, configs["execute"].context.batch) == (2, 7)
 
 
 def test_overrides_can_target_one_role():
     overrides = {"keep_last_steps": 4, "execute": {"keep_last_steps": 6}, "batch": None}
     configs = resolve_agents(None, env=NO_ENV, overrides=overrides)
-    assert (configs["init"].keep_last_steps, configs["execute"].keep_last_steps) == (4, 6)
-    assert configs["init"].batch == 5  # None means "flag not given"
+    assert (configs["init"].context.keep_last_steps, configs["execute"].context.keep_last_steps) == (4, 6)
+    assert configs["init"].context.batch == 5  # None means "flag not given"
 
 
 # ---- environment parsing -----------------------------------------------------------
@@ -170,11 +163,11 @@ def test_environment_values_are_parsed_to_the_field_type():
     }
     configs = resolve_agents(None, env=env)
     init, execute = configs["init"], configs["execute"]
-    assert init.bash_enabled is True and execute.bash_enabled is False
-    assert init.summary_timeout_s == execute.summary_timeout_s == 90.5
-    assert (init.temperature, execute.temperature) == (0.3, None)
-    assert execute.model == "claude-sonnet-4" and init.backend == execute.backend == "simulated"
-    assert execute.threshold == 800_000
+    assert init.tools.bash_enabled is True and execute.tools.bash_enabled is False
+    assert init.model.summary_timeout_s == execute.model.summary_timeout_s == 90.5
+    assert (init.model.temperature, execute.model.temperature) == (0.3, None)
+    assert execute.model.name == "claude-sonnet-4" and init.model.backend == execute.model.backend == "simulated"
+    assert execute.context.threshold == 800_000
 
 
 def test_unrelated_baton_variables_are_ignored():
@@ -294,7 +287,7 @@ def test_direct_construction_validates_too():
         AgentConfig(role="init", threshold=300_000)
     config = AgentConfig(role="init")
     with pytest.raises(ValidationError, match="frozen"):
-        config.window = 1
+        config.context.window = 1
 
 
 # ---- scenario.toml -----------------------------------------------------------------
@@ -374,6 +367,6 @@ def test_betas_only_above_200k(model, window, betas):
 
 def test_policy_maps_the_context_parameters():
     config = resolve_config("execute", env=NO_ENV, overrides={"batch": 3, "start_tokens": 0, "payback_calls": 7})
-    assert config.policy() == Policy(
+    assert config.context == Policy(
         window=1_000_000, threshold=700_000, keep_last_steps=5, batch=3, start_tokens=0, payback_calls=7, max_tokens=8_192
     )

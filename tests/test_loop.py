@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agents.step import AgentDisk
+from agents.disk import AgentDisk
 from scenarios.run import load_run
 from scenarios.store import StoreError
 from tests.agent_run import assert_log_consistent, copy_example

@@ -11,14 +11,9 @@ import pytest
 from agents.models import ModelError, ModelRequest, ModelResponse, PromptTooLong
 from agents.openings import init_opening
 from agents.simulated import SimulatedModel
-from agents.step import (
-    MAX_NUDGES,
-    AgentDisk,
-    open_turn,
-    run_compaction,
-    run_step,
-    run_turn,
-)
+from agents.compaction_task import run_compaction
+from agents.disk import AgentDisk, open_turn
+from agents.step import MAX_NUDGES, run_step, run_turn
 from context.messages import TextBlock
 from tests.agent_run import (
     Crash,
@@ -181,7 +176,7 @@ def test_model_error_fails_with_reason_and_persists_nothing(tmp_path):
     out = run_step(root, team["init"])
     assert out.status == "failed" and "authentication_error" in out.reason
     disk = AgentDisk.load(root, "init")
-    assert disk.steps == [] and disk.events[-1]["kind"] == "error"
+    assert disk.steps == [] and disk.events[-1].kind == "error"
     assert run_step(root, agents(root)["init"]).status == "continue"  # a later retry goes on
 
 
@@ -198,7 +193,7 @@ def test_reply_without_tools_is_reminded_then_fails(tmp_path):
 def test_turn_stops_at_max_steps(tmp_path):
     root = copy_example(tmp_path)
     team = agents(root)
-    from agents.step import Agent
+    from agents.agent import Agent
 
     small = Agent(team["init"].config.model_copy(update={"max_steps_per_turn": 3}), team["init"].model)
     open_turn(root, "init", 1, init_opening(root.name, 1), key="iteration-1")

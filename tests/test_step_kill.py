@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.step import AgentDisk
+from agents.disk import AgentDisk
 from tests.agent_run import agents, assert_log_consistent, copy_example, turn_surviving_crashes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,7 +19,8 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     from agents.openings import init_opening
-    from agents.step import open_turn, run_turn
+    from agents.disk import open_turn
+    from agents.step import run_turn
     from tests.agent_run import agents
 
     root, point, at_step = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])

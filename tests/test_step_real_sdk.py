@@ -11,7 +11,10 @@ from agents.backends import model_for
 from agents.config import AgentConfig
 from agents.openings import init_opening
 from agents.simulated import SimulatedModel
-from agents.step import Agent, AgentDisk, open_turn, run_compaction, run_step
+from agents.agent import Agent
+from agents.compaction_task import run_compaction
+from agents.disk import AgentDisk, open_turn
+from agents.step import run_step
 from tests.agent_run import agents, assert_log_consistent, copy_example
 
 KEY = "sk-ant-api03-" + "k" * 60
@@ -66,8 +69,8 @@ def test_a_step_through_the_sdk_persists_the_response_and_runs_its_tools(tmp_pat
     disk = assert_log_consistent(root, "init")
     result = disk.messages()[-1].tool_results[0]
     assert result.tool_use_id == read["id"] and "refund" in result.text.lower()
-    step_event = [e for e in disk.events if e["kind"] == "step"][-1]
-    assert step_event["usage"]["cache_creation_input_tokens"] == 4100 and step_event["model"] == "anthropic"
+    step_event = [e for e in disk.events if e.kind == "step"][-1]
+    assert step_event.usage["cache_creation_input_tokens"] == 4100 and step_event.model == "anthropic"
     assert KEY not in (root / "state/init/log.jsonl").read_text() + (root / "state/init/events.jsonl").read_text()
 
 
@@ -98,7 +101,7 @@ def test_compaction_through_the_sdk_asks_for_text_only(tmp_path):
     outcome = run_compaction(root, agent)
     assert outcome.status == "compacted" and not outcome.fallback
     body = json.loads(api.requests[-1].content)
-    assert body["tool_choice"] == {"type": "none"} and body["max_tokens"] == agent.config.summary_max_tokens
+    assert body["tool_choice"] == {"type": "none"} and body["max_tokens"] == agent.config.model.summary_max_tokens
     assert "<compact_summary>" in json.dumps(body["messages"][-1])
     assert AgentDisk.load(root, "init").compaction().summary["pending_actions"] == ["write design"]
 

@@ -313,8 +313,8 @@ def test_flower_lists_step_and_compaction_tasks(cluster):
     cluster.wait_done()
     disks = cluster.agent_logs()
     want_steps = {(role, r.step) for role, disk in disks.items() for r in disk.steps}
-    want_compactions = {(role, e["after_step"]) for role, disk in disks.items() for e in disk.events
-                        if e.get("kind") == "compaction"}
+    want_compactions = {(role, e.after_step) for role, disk in disks.items() for e in disk.events
+                        if e.kind == "compaction"}
     assert want_compactions, "the demo profile should compact"
 
     def listed():

@@ -26,7 +26,7 @@ import redis
 from celery import Celery
 
 import workers.tasks as worker_tasks
-from agents.step import AgentDisk
+from agents.disk import AgentDisk
 from scenarios.run import copy_scenario
 from tests.agent_run import EXAMPLE, assert_log_consistent
 from workers.app import make_app
@@ -401,6 +401,6 @@ def assert_each_response_once(disks: dict[str, AgentDisk]) -> None:
         repeated = sorted({q for q in requests if requests.count(q) > 1})
         assert not repeated, f"{role}: a persisted response's request was sent again: {repeated}"
         # One "step" event per persisted response (a crash between the two may leave one out).
-        model_calls = [e["step"] for e in disk.events if e.get("kind") == "step"]
+        model_calls = [e.step for e in disk.events if e.kind == "step"]
         assert len(model_calls) == len(set(model_calls)) and set(model_calls) <= set(steps), (
             f"{role}: step events {model_calls} do not match the log's steps {steps}")

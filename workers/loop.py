@@ -20,23 +20,20 @@ from typing import Literal
 from pydantic import BaseModel
 
 from agents.backends import model_for
-from agents.config import load_scenario_config, resolve_agents
-from agents.handoff_tool import KIND, handoff_path
+from agents.settings_layers import load_scenario_config, resolve_agents
+from agents.tools.handoff import KIND, handoff_path
 from agents.models import Model
 from agents.openings import execute_opening, init_opening
-from agents.step import (
-    Agent,
-    AgentDisk,
-    StepOutcome,
-    open_turn,
-    run_compaction,
-    run_step,
-)
+from agents.agent import Agent
+from agents.compaction_task import run_compaction
+from agents.disk import AgentDisk, open_turn
+from agents.outcomes import StepOutcome
+from agents.role import Role
+from agents.step import run_step
 from context.handoff import ExecuteToInit, InitToExecute, parse_payload_dict
 from scenarios.run import IterationResult, RunRecord, archive_run, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name, read_json, write_json
 
-Role = Literal["init", "execute"]
 SCENARIOS_ENV = "BATON_SCENARIOS_DIR"
 
 
@@ -108,9 +105,7 @@ def resume(root: Path) -> list[Task]:
     disk = AgentDisk.load(root, agent)
     if disk.turn_over():
         return [Task(kind="phase", scenario=root.name)]
-    pending, last = disk.pending(), disk.last_step()
-    due = pending.step if pending else (last.step + 1 if last else 1)
-    return [Task(kind="step", scenario=root.name, agent=agent, number=due)]
+    return [Task(kind="step", scenario=root.name, agent=agent, number=disk.due())]
 
 
 def _ensure_opening(root: Path, record: RunRecord) -> None:
@@ -181,7 +176,7 @@ def after_step(root: Path, agent: Role, outcome: StepOutcome) -> list[Task]:
 
 def do_compaction(root: Path, team: Team, agent: Role, after: int | None) -> list[Task]:
     outcome = run_compaction(root, team[agent], after)
-    if outcome.status == "skipped" and "stale" in outcome.reason:
+    if outcome.skip == "stale":
         return []  # a newer task owns this agent now
     return [Task(kind="step", scenario=root.name, agent=agent, number=outcome.after_step + 1)]
 

@@ -1,0 +1,49 @@
+"""One agent wired for a step: its settings, its tools, its model, its context assembler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.config import AgentConfig
+from agents.disk import AgentDisk
+from agents.models import Model
+from agents.prompts import prompt
+from agents.role import Role
+from agents.tools.base import ToolContext, definition
+from agents.tools.registry import tools_for
+from context.assembly import Assembler, StaticPrefix
+from context.estimator import TokenEstimator
+from context.history import History
+
+
+@dataclass
+class Agent:
+    """What a step needs besides the disk: the role's settings, its tools, its model."""
+
+    config: AgentConfig
+    model: Model
+
+    @property
+    def role(self) -> Role:
+        return self.config.role
+
+    def tools(self) -> dict[str, Any]:
+        return tools_for(self.config)
+
+    def static(self) -> StaticPrefix:
+        return StaticPrefix(system=prompt(self.role, "system"), tools=[definition(t) for t in self.tools().values()])
+
+    def context(self, root: Path, iteration: int, memory: dict[str, Any]) -> ToolContext:
+        c = self.config.tools
+        return ToolContext(
+            root=Path(root), agent=self.role, iteration=iteration, bash_enabled=c.bash_enabled,
+            bash_timeout_s=c.bash_timeout_s, output_cap_chars=c.output_cap_chars,
+            eval_timeout_s=c.eval_timeout_s, eval_memory_mb=c.eval_memory_mb,
+            model_label=self.model.label if self.model.label == "simulated" else "", memory=memory,
+        )
+
+    def assembler(self, disk: AgentDisk, history: History) -> Assembler:
+        estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()
+        return Assembler(history, self.config.context, agent=self.role, static=self.static(), estimator=estimator)

@@ -1,0 +1,93 @@
+"""The compaction task: summarise an agent's context once, fenced by the step it follows.
+
+It runs apart from the steps (its own Celery queue, docs/deployment.md) so it
+never waits behind a long step. The summary call uses the same system prompt and
+tools as the steps, so it reads their prompt cache. The event it records is what
+the next request is assembled from; the log itself is untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from agents.agent import Agent
+from agents.disk import AgentDisk
+from agents.events import CompactionRecord, WarningEvent
+from agents.models import ModelRequest
+from agents.outcomes import CompactionOutcome
+from agents.prompts import prompt
+from context.assembly import StaticPrefix
+from context.compaction import KnownFacts, SummaryReply, compact
+from context.messages import Message
+from scenarios.store import read_json, relative
+
+
+def run_compaction(root: Path, agent: Agent, after_step: int | None = None) -> CompactionOutcome:
+    """Compact ``agent``'s context once for the state after step ``after_step`` (fencing token)."""
+    disk = AgentDisk.load(root, agent.role)
+    last = disk.last_step()
+    done = last.step if last else 0
+    if disk.pending():
+        return CompactionOutcome(agent=agent.role, status="skipped", after_step=done, skip="unfinished_tools",
+                                 reason="a step has unfinished tool calls; finish it first")
+    if after_step is not None and after_step != done:
+        return CompactionOutcome(agent=agent.role, status="skipped", after_step=after_step, skip="stale",
+                                 reason=f"stale: the log is at step {done}")
+    if disk.compacted_after() == done and not disk.state.force_compaction:
+        return CompactionOutcome(agent=agent.role, status="skipped", after_step=done, skip="already_compacted",
+                                 reason=f"already compacted after step {done}")
+    history = disk.history()
+    assembler = agent.assembler(disk, history)
+    event = compact(
+        role=agent.role, assembler=assembler, previous=disk.compaction(), prompt=prompt(agent.role, "compact"),
+        call=_summary_call(agent, assembler.static), breaker=disk.state.breaker, facts=_facts(disk),
+        timeout_s=agent.config.model.summary_timeout_s,
+    )
+    disk.event(CompactionRecord(after_step=done, **event.model_dump(exclude={"kind"})))
+    threshold, keep = agent.config.context.threshold, agent.config.context.keep_last_steps
+    if event.tokens_after >= threshold:
+        disk.event(WarningEvent(after_step=done, reason=(
+            f"after compaction {event.id} the context is still ~{event.tokens_after} tokens, over the threshold of "
+            f"{threshold}: the last {keep} steps alone are that large; "
+            "raise the window and threshold or lower keep_last_steps")))
+    if disk.state.force_compaction:
+        disk.state.too_long_after_compaction += 1
+    disk.state.force_compaction = False
+    disk.save_state()
+    return CompactionOutcome(agent=agent.role, status="compacted", after_step=done, event_id=event.id,
+                             fallback=event.fallback, tokens_before=event.tokens_before,
+                             tokens_after=event.tokens_after)
+
+
+def _summary_call(agent: Agent, static: StaticPrefix) -> Callable[[list[Message], float], SummaryReply]:
+    config = agent.config
+
+    def call(messages: list[Message], timeout_s: float) -> SummaryReply:
+        # Same system prompt and tools as the steps, so the summary call reads their cache.
+        request = ModelRequest(
+            model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=[m.api for m in messages],
+            system=[{"type": "text", "text": static.system, "cache_control": {"type": "ephemeral"}}],
+            tools=static.tools, temperature=config.model.summary_temperature, betas=config.betas,
+            timeout_s=timeout_s, purpose="summary", tool_choice={"type": "none"},
+        )
+        response = agent.model.create(request)
+        return SummaryReply(text=response.message().text, usage=response.usage)
+
+    return call
+
+
+def _facts(disk: AgentDisk) -> KnownFacts:
+    layout, iteration = disk.layout, disk.iteration()
+    out_dir = layout.outputs(iteration)
+    report = None
+    if (out_dir / "report.json").exists():
+        try:
+            report = read_json(out_dir / "report.json", "evaluation report")
+        except ValueError:
+            report = None
+    design = sorted(relative(layout.root, p) for p in layout.design.glob("*") if p.is_file()) if layout.design.exists() else []
+    return KnownFacts(
+        scenario=layout.name, iteration=iteration, design_files=design, last_report=report,
+        execution_output_dir=relative(layout.root, out_dir) if out_dir.exists() else None,
+    )

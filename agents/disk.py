@@ -1,0 +1,186 @@
+"""An agent's state folder: the append-only log, its events, what it remembers between steps.
+
+``state/<agent>/log.jsonl`` holds every message, one ``LogRecord`` a line;
+``events.jsonl`` the typed events of ``agents.events``; ``agent.json`` the
+``AgentState``; ``tool_results/`` the full result of every tool call. The log
+is never rewritten: what the model sees is derived from it on every call
+(``context.assembly``). Everything is loaded fresh per step, so any process can
+run the next step of any agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agents.events import CompactionRecord, Event, append_event, now, read_events
+from agents.role import Role
+from agents.tools.base import parse_envelope
+from context.compaction import CircuitBreaker
+from context.compression import archive_ref
+from context.history import History
+from context.messages import Message, TextBlock, ToolResultBlock, parse_message
+from context.redaction import redact_message
+from scenarios.store import Layout, append_jsonl, read_json, read_jsonl, write_json
+
+
+class AgentState(BaseModel):
+    """What an agent remembers between steps besides its log (``state/<agent>/agent.json``)."""
+
+    estimator: dict[str, Any] = Field(default_factory=dict)
+    breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
+    tool_memory: dict[str, Any] = Field(default_factory=dict)
+    force_compaction: bool = False  # the API said "prompt too long"
+    too_long_after_compaction: int = 0
+    nudges: int = 0
+
+
+class LogRecord(BaseModel):
+    """One line of ``state/<agent>/log.jsonl``."""
+
+    seq: int
+    kind: Literal["opening", "assistant", "results", "note"]
+    step: int  # the step this record belongs to; an opening carries the last finished step
+    iteration: int
+    message: dict[str, Any]
+    key: str | None = None  # idempotency key of an opening
+    model: str | None = None
+    request: str | None = None  # fingerprint of the request that produced an assistant message
+    at: str = ""
+
+
+@dataclass
+class AgentDisk:
+    """Everything about one agent that lives in its state folder, loaded fresh per step."""
+
+    layout: Layout
+    agent: Role
+    records: list[LogRecord] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    state: AgentState = field(default_factory=AgentState)
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, root: Path, agent: Role) -> AgentDisk:
+        disk = cls(Layout(Path(root)), agent)
+        log = read_jsonl(disk.layout.log(agent))
+        for number, raw in enumerate(log.records, start=1):
+            try:
+                disk.records.append(LogRecord.model_validate(raw))
+            except ValueError as exc:
+                disk.problems.append(f"log record {number} is not a valid record ({exc.__class__.__name__}); ignored")
+        disk.problems += [f"{disk.layout.log(agent).name} {p}" for p in log.problems]
+        disk.events, event_problems = read_events(disk.layout.events(agent))
+        disk.problems += event_problems
+        path = disk.layout.state(agent) / "agent.json"
+        if path.exists():
+            try:
+                disk.state = AgentState.model_validate(read_json(path, f"{agent} agent state"))
+            except ValueError as exc:  # a broken state file costs calibration, never the run
+                disk.problems.append(f"{path.name} unreadable, starting fresh: {exc}")
+        return disk
+
+    # -- reading
+
+    @property
+    def steps(self) -> list[LogRecord]:
+        return [r for r in self.records if r.kind == "assistant"]
+
+    def messages(self) -> list[Message]:
+        return [parse_message(r.message) for r in self.records]
+
+    def history(self) -> History:
+        return History(self.messages())
+
+    def last_step(self) -> LogRecord | None:
+        steps = self.steps
+        return steps[-1] if steps else None
+
+    def due(self) -> int:
+        """The step to run next: the pending one, or the one after the last."""
+        pending, last = self.pending(), self.last_step()
+        return pending.step if pending else (last.step + 1 if last else 1)
+
+    def pending(self) -> LogRecord | None:
+        """The last step if its tool calls have no persisted results yet."""
+        last = self.last_step()
+        if last is None or not parse_message(last.message).tool_uses:
+            return None
+        done = any(r.kind == "results" and r.step == last.step for r in self.records)
+        return None if done else last
+
+    def iteration(self) -> int:
+        openings = [r for r in self.records if r.kind == "opening"]
+        return openings[-1].iteration if openings else 0
+
+    def turn_over(self) -> bool:
+        """True when the last turn ended with an accepted handoff (and no new opening came)."""
+        for rec in reversed(self.records):
+            if rec.kind == "opening":
+                return False
+            if rec.kind == "results":
+                return any(accepted_handoff(b) for b in parse_message(rec.message).tool_results)
+        return not self.records
+
+    def steps_this_turn(self) -> int:
+        count = 0
+        for rec in reversed(self.records):
+            if rec.kind == "opening":
+                break
+            count += rec.kind == "assistant"
+        return count
+
+    def compaction(self) -> CompactionRecord | None:
+        """The latest compaction: the one the next request is assembled from."""
+        compactions = [e for e in self.events if isinstance(e, CompactionRecord)]
+        return compactions[-1] if compactions else None
+
+    def compacted_after(self) -> int | None:
+        latest = self.compaction()
+        return latest.after_step if latest else None
+
+    # -- writing (append-only log, atomic state)
+
+    def append(self, kind: str, step: int, iteration: int, message: Message, **extra: Any) -> LogRecord:
+        rec = LogRecord(seq=len(self.records) + 1, kind=kind, step=step, iteration=iteration,
+                        message=redact_message(message).api, at=now(), **extra)
+        append_jsonl(self.layout.log(self.agent), rec.model_dump(exclude_none=True))
+        self.records.append(rec)
+        return rec
+
+    def event(self, event: Event) -> None:
+        append_event(self.layout.events(self.agent), event)
+        self.events.append(event)
+
+    def save_state(self) -> None:
+        write_json(self.layout.state(self.agent) / "agent.json", self.state.model_dump(mode="json"))
+
+    def archive(self, tool_use_id: str) -> Path:
+        # The same path the compressed results point the agent to.
+        return self.layout.root / archive_ref(self.agent, tool_use_id)
+
+
+def accepted_handoff(block: ToolResultBlock) -> bool:
+    data = parse_envelope(block.text).get("data")
+    return not block.is_error and isinstance(data, dict) and data.get("accepted") is True
+
+
+def open_turn(root: Path, agent: Role, iteration: int, text: str, key: str) -> bool:
+    """Append the opening user message of a turn, once per ``key`` (idempotent).
+
+    Returns False when an opening with this key is already in the log.
+    """
+    disk = AgentDisk.load(root, agent)
+    if any(r.kind == "opening" and r.key == key for r in disk.records):
+        return False
+    if disk.pending():
+        raise RuntimeError(f"{agent} has a step with unfinished tool calls; run its step before opening a new turn")
+    last = disk.last_step()
+    disk.append("opening", last.step if last else 0, iteration, Message(role="user", content=[TextBlock(text=text)]),
+                key=key)
+    disk.state.nudges = 0
+    disk.save_state()
+    return True

@@ -1,0 +1,44 @@
+"""What a step or a compaction reports to whoever runs it (the loop, a Celery task, a test).
+
+The loop decides what runs next from ``status`` and, for a skipped task, from the
+typed ``skip`` reason; ``reason`` is the human explanation, never parsed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from agents.role import Role
+
+Status = Literal["continue", "compaction_needed", "handoff", "failed", "skipped", "idle"]
+
+# Why a task did nothing. Fencing: a duplicate or re-delivered task is "already_done";
+# a compaction for a step the log has moved past is "stale" (a newer task owns the agent).
+SkipReason = Literal["already_done", "not_due", "stale", "already_compacted", "unfinished_tools"]
+
+
+class StepOutcome(BaseModel):
+    agent: Role
+    step: int
+    status: Status
+    reason: str = ""
+    skip: SkipReason | None = None
+    iteration: int = 0
+    tokens_in_context: int = 0
+    threshold: int = 0
+    handoff_path: str | None = None
+    model: str = ""
+
+
+class CompactionOutcome(BaseModel):
+    agent: Role
+    status: Literal["compacted", "skipped"]
+    after_step: int
+    reason: str = ""
+    skip: SkipReason | None = None
+    event_id: int | None = None
+    fallback: bool = False
+    tokens_before: int = 0
+    tokens_after: int = 0
