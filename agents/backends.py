@@ -16,7 +16,7 @@ def model_for(config: AgentConfig, env: Mapping[str, str] | None = None) -> Mode
     """``backend = "auto"`` picks Anthropic when ``ANTHROPIC_API_KEY`` is set, otherwise
     the simulated model, and says so: a simulated run must never pass for a real one."""
     env = os.environ if env is None else env
-    backend = config.backend
+    backend = config.model.backend
     if backend == "auto":
         backend = "anthropic" if env.get(API_KEY_ENV) else "simulated"
     if backend == "anthropic":
