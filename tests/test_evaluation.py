@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from agents.evaluation import RunEvaluation, lookup, run_evaluation, same
-from agents.tooling import ToolContext
+from agents.evaluation.classify import lookup, same
+from agents.evaluation.run import run_evaluation
+from agents.tools.base import ToolContext
+from agents.tools.evaluation import RunEvaluation
 
 TIMEOUT_S = 2.0
 MEMORY_MB = 256  # also proves the child interpreter starts under this RLIMIT_AS

@@ -1,6 +1,6 @@
-"""Run one evaluation sample in a child process (spawned by ``agents/evaluation.py``).
+"""Run one evaluation sample in a child process (spawned by ``agents/evaluation/child.py``).
 
-Usage: ``python -I eval_child.py <job.json>``. Standalone on purpose: stdlib only,
+Usage: ``python -I child_main.py <job.json>``. Standalone on purpose: stdlib only,
 no baton imports, because this process runs generated code (tools, checkers) and
 must not carry baton's modules, state or secrets.
 
@@ -77,7 +77,9 @@ class Runner:
         self.detail: dict[str, Any] = {}
         self.design_issues: list[dict[str, str]] = []
         self.data: Any = None
-        self.result: dict[str, Any] = {"completed": False, "tools": [], "outputs": [], "checkers": [], "checker_errors": []}
+        self.result: dict[str, Any] = {
+            "completed": False, "tools": [], "outputs": [], "checkers": [], "checker_errors": [],
+        }
 
     # ---- bookkeeping ----------------------------------------------------------
 
@@ -134,7 +136,9 @@ class Runner:
         tools = public_functions(module, lambda name: not name.startswith("_"))
         self.result["tools"] = sorted(tools)
         if not tools:
-            self.stop("no_tools", "tools/tools.py defines no public function; define def name(data: dict, **args) -> dict")
+            self.stop(
+                "no_tools", "tools/tools.py defines no public function; define def name(data: dict, **args) -> dict"
+            )
             return None
         return tools
 
@@ -145,7 +149,11 @@ class Runner:
             name, args = action["tool"], action.get("args", {})
             self.detail = {"action": index, "tool": name}
             if name not in tools:
-                self.stop("unknown_tool", f"action {index} names tool {name!r}, which tools/tools.py does not define; tools: {', '.join(sorted(tools))}")
+                self.stop(
+                    "unknown_tool",
+                    f"action {index} names tool {name!r}, which tools/tools.py does not define; "
+                    f"tools: {', '.join(sorted(tools))}",
+                )
                 return False
             signature = inspect.signature(tools[name])
             try:
@@ -187,12 +195,17 @@ class Runner:
                 self.stop("tool_raised", f"action {index}: tool {name} raised {info['exception']}{at}", **info)
                 return False
             if not isinstance(output, dict):
-                self.stop("bad_output", f"action {index}: tool {name} returned {type(output).__name__} {describe(output)}, not a dict")
+                self.stop(
+                    "bad_output",
+                    f"action {index}: tool {name} returned {type(output).__name__} {describe(output)}, not a dict",
+                )
                 return False
             try:
                 outputs.append(jsonable(output))
             except (TypeError, ValueError) as exc:
-                self.stop("bad_output", f"action {index}: tool {name} returned a dict that is not JSON-serialisable ({exc})")
+                self.stop(
+                    "bad_output", f"action {index}: tool {name} returned a dict that is not JSON-serialisable ({exc})"
+                )
                 return False
         self.enter("actions", step="final_data")
         try:
@@ -243,16 +256,20 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001 - a checker crash is reported, not fatal
             # By name too: a checker that defines its own DesignIssue still means L1.
             if isinstance(exc, DesignIssue) or type(exc).__name__ == "DesignIssue":
-                return {**verdict, "error": "design_issue", "reason": str(exc)[:MESSAGE_CHARS] or "DesignIssue (no message)"}
+                reason = str(exc)[:MESSAGE_CHARS] or "DesignIssue (no message)"
+                return {**verdict, "error": "design_issue", "reason": reason}
             info = self.where(exc)
             at = f" at {info['location']}" if info["location"] else ""
-            return {**verdict, "error": "raised", "reason": f"raised {info['exception']}{at}", "traceback": info["traceback"]}
+            reason = f"raised {info['exception']}{at}"
+            return {**verdict, "error": "raised", "reason": reason, "traceback": info["traceback"]}
         if isinstance(value, bool):
             return {**verdict, "passed": value}
         if isinstance(value, dict) and isinstance(value.get("passed"), bool):
             reason = value.get("reason", "")
-            return {**verdict, "passed": value["passed"], "reason": (reason if isinstance(reason, str) else repr(reason))[:MESSAGE_CHARS]}
-        return {**verdict, "error": "bad_type", "reason": f"returned {describe(value)}; return {{'passed': bool, 'reason': str}} or a bool"}
+            text = reason if isinstance(reason, str) else repr(reason)
+            return {**verdict, "passed": value["passed"], "reason": text[:MESSAGE_CHARS]}
+        expected = "return {'passed': bool, 'reason': str} or a bool"
+        return {**verdict, "error": "bad_type", "reason": f"returned {describe(value)}; {expected}"}
 
     def out_of_memory(self) -> None:
         # Drop what the generated code built so there is room to write the result.

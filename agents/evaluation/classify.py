@@ -1,0 +1,184 @@
+"""Classification: the layer (L1 design, L2 tool, L3 checker, L4 sample) of a failed
+sample, from what its child process reported (docs/evaluation.md, "Layers")."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from agents.evaluation.child import ChildRun
+from agents.evaluation.models import ChildError, ChildResult, Layer, Sample
+
+VALUE_CHARS = 120  # a value quoted in a reason
+
+
+@dataclass
+class Verdict:
+    layer: Layer | None
+    reason: str
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 3] + "..."
+
+
+def _where(phase: str, detail: dict[str, Any]) -> str:
+    if phase == "actions" and "action" in detail:
+        return f"action {detail['action']} (tool {detail.get('tool')})"
+    if phase == "actions":
+        return "reading the final data"
+    if phase == "checkers" and "checker" in detail:
+        return f"checker {detail['checker']}"
+    if phase == "checkers":
+        return "importing checkers"
+    if phase == "load" and detail.get("step") == "data":
+        return "loading tools/data.json"
+    if phase == "sample":
+        return "checking the sample's actions"
+    return "importing tools/tools.py"
+
+
+def _phase_layer(phase: str) -> Layer:
+    return "L3" if phase == "checkers" else "L2"
+
+
+def classify(sample: Sample, run: ChildRun, *, timeout_s: float, memory_mb: int) -> Verdict:
+    """The layer of a sample's failure (first match wins) or None when it passed."""
+    result = run.result
+    if result is None or (not result.completed and result.error is None):
+        return _classify_dead(run, timeout_s, memory_mb)
+    if result.error is not None and result.error.kind != "memory":
+        return _classify_error(result.error)
+    design = [c for c in result.checkers if c.error == "design_issue"]
+    if design:
+        return Verdict("L1", f"checker {design[0].checker} raised DesignIssue: {design[0].reason}")
+    if result.error is not None:  # out of memory, recorded by the child itself
+        detail = result.error.model_dump()
+        where = _where(result.error.phase, detail)
+        return Verdict(_phase_layer(result.error.phase), f"memory limit ({memory_mb} MB) reached in {where}")
+    broken = _checker_problem(result)
+    if broken:
+        return Verdict("L3", broken)
+    return _judge(sample, result)
+
+
+def _classify_error(err: ChildError) -> Verdict:
+    if err.phase == "sample":
+        return Verdict("L4", err.message)
+    return Verdict(_phase_layer(err.phase), err.message)
+
+
+def _classify_dead(run: ChildRun, timeout_s: float, memory_mb: int) -> Verdict:
+    """No result file: the child was killed (time limit) or died (memory, signal)."""
+    progress = run.progress
+    detail = progress.model_dump()
+    where = _where(progress.phase, detail)
+    if progress.phase == "checkers" and progress.design_issues:
+        first = progress.design_issues[0]
+        return Verdict("L1", f"checker {first.get('checker')} raised DesignIssue: {first.get('message')}")
+    layer = _phase_layer(progress.phase)
+    stderr = run.stderr_tail
+    if run.timed_out:
+        return Verdict(layer, f"time limit ({timeout_s:g} s) reached in {where}; the process was killed")
+    if "MemoryError" in stderr or "Cannot allocate memory" in stderr or "out of memory" in stderr.lower():
+        return Verdict(layer, f"memory limit ({memory_mb} MB) reached in {where}")
+    if run.returncode == -signal.SIGXCPU:
+        return Verdict(layer, f"CPU time limit ({math.ceil(timeout_s) + 1} s) reached in {where}")
+    if run.returncode < 0:
+        number = -run.returncode
+        name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
+        return Verdict(layer, f"the process died of signal {name} in {where}")
+    last = stderr.strip().splitlines()[-1:] or ["no error output"]
+    return Verdict(layer, f"the process exited with code {run.returncode} in {where} without a result: {last[0][:300]}")
+
+
+def _checker_problem(result: ChildResult) -> str | None:
+    if result.checker_errors:
+        err = result.checker_errors[0]
+        at = f" at {err['location']}" if err.get("location") else ""
+        return f"{err.get('module')} failed to import: {err.get('exception')}{at}"
+    for verdict in result.checkers:
+        if verdict.error in ("raised", "bad_type"):  # the reason says which
+            return f"checker {verdict.checker} {verdict.reason}"
+    if not result.checkers:
+        return (
+            "no checkers found: write checkers/<name>.py with functions "
+            "def check_<what>(sample: dict, outcome: dict) -> {'passed': bool, 'reason': str}"
+        )
+    return None
+
+
+def _judge(sample: Sample, result: ChildResult) -> Verdict:
+    """Both checks ran: the 2x2 of (matches the expectation) x (checkers pass)."""
+    difference = first_difference(sample, result.outputs, result.final_data)
+    failed = [c for c in result.checkers if not c.passed]
+    said = f"checker {failed[0].checker} failed it: {failed[0].reason or '(no reason given)'}" if failed else ""
+    if difference is None and not failed:
+        return Verdict(None, "passed")
+    if difference is None:
+        return Verdict("L3", f"the outcome matches the sample's expected outputs and state, but {said}")
+    if not failed:
+        return Verdict(
+            "L4", f"{difference}; every checker accepts the actual outcome, so the sample's expectation looks wrong"
+        )
+    return Verdict("L2", f"{difference}; {said}")
+
+
+def first_difference(sample: Sample, outputs: list[Any], final_data: Any) -> str | None:
+    """The first expected output key or state path that differs, said concretely."""
+    for index, expected in enumerate(sample.expected_outputs or []):
+        if expected is None:
+            continue
+        actual = outputs[index] if index < len(outputs) else {}
+        tool = sample.actions[index].tool
+        for key, value in expected.items():
+            if not isinstance(actual, dict) or key not in actual:
+                keys = ", ".join(map(str, actual)) if isinstance(actual, dict) else ""
+                return (
+                    f"action {index} ({tool}) output has no key {key!r} "
+                    f"(expected {_short(value)}; keys: {keys or 'none'})"
+                )
+            if not same(value, actual[key]):
+                return f"action {index} ({tool}) output {key!r}: expected {_short(value)}, got {_short(actual[key])}"
+    for path, value in sample.expected_state.items():
+        found, actual = lookup(final_data, path)
+        if not found:
+            return f"expected_state {path!r}: {actual} in the final data (expected {_short(value)})"
+        if not same(value, actual):
+            return f"expected_state {path!r}: expected {_short(value)}, got {_short(actual)}"
+    return None
+
+
+def same(expected: Any, actual: Any) -> bool:
+    """JSON equality, except that true is not 1 (Python's == says it is)."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(expected) is type(actual) and expected == actual
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return expected.keys() == actual.keys() and all(same(v, actual[k]) for k, v in expected.items())
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(expected) == len(actual) and all(same(a, b) for a, b in zip(expected, actual))
+    return bool(expected == actual)
+
+
+def lookup(data: Any, path: str) -> tuple[bool, Any]:
+    """``orders.0.status`` (or ``orders[0].status``) in ``data``: (True, value), or
+    (False, what is missing)."""
+    current = data
+    walked: list[str] = []
+    for part in re.sub(r"\[(-?\d+)\]", r".\1", path).split("."):
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and re.fullmatch(r"-?\d+", part) and -len(current) <= int(part) < len(current):
+            current = current[int(part)]
+        else:
+            here = ".".join(walked) or "the top level"
+            kind = type(current).__name__
+            kind = "list" if isinstance(current, list) else "object" if isinstance(current, dict) else kind
+            return False, f"no {part!r} in {here} (a {kind})"
+        walked.append(part)
+    return True, current
