@@ -1,4 +1,4 @@
-"""The agents' file and shell tools (agents.file_tools): results, refusals, limits."""
+"""The agents' file and shell tools (agents.tools): results, refusals, limits."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.file_tools import FILE_TOOLS
-from agents.tooling import ToolContext, ToolResult, definition, run_tool
+from agents.tools.base import ToolContext, ToolResult, definition, run_tool
+from agents.tools.registry import FILE_TOOLS
 from context.compression import DATA_MODELS, archive_ref, compress_result
 from context.messages import ToolResultBlock, ToolUseBlock
 

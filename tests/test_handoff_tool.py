@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from agents.config import AgentConfig
-from agents.handoff_tool import SubmitHandoff
-from agents.tooling import ToolContext, run_tool
-from agents.toolset import tools_for
+from agents.tools.base import ToolContext, run_tool
+from agents.tools.handoff import SubmitHandoff
+from agents.tools.registry import tools_for
 
 
 def _init_payload(**over):

@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from agents.role import Role
 from context.redaction import redact
-from scenarios.store import Layout, StoreError, inside
-
-Role = Literal["init", "execute"]
+from scenarios.store import Layout, StoreError, inside, relative
 
 # The result text the model sees is capped; the full result is archived on disk.
 MAX_RESULT_CHARS = 200_000
@@ -108,3 +107,80 @@ def run_tool(tools: dict[str, Tool], name: str, tool_input: dict[str, Any], ctx:
         return error(str(exc))
     except Exception as exc:  # noqa: BLE001 - a tool bug must not kill the step; the model sees it
         return error(f"{name} failed unexpectedly: {type(exc).__name__}: {exc}")
+
+
+# ---- the file and shell tools' common ground ------------------------------------------------
+
+
+class ToolInputError(ValueError):
+    """Bad tool input or a refused operation; the message says what to do instead."""
+
+
+class FileTool:
+    """Base of the file and shell tools: turns refusals and OS errors into error
+    results, so ``run`` never raises."""
+
+    name = ""
+    description = ""
+    SCHEMA: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self) -> None:
+        # An instance copy: the Tool protocol reads input_schema from the instance,
+        # and nobody mutating it can change another tool object's schema.
+        self.input_schema: dict[str, Any] = json.loads(json.dumps(self.SCHEMA))
+
+    def run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if not isinstance(tool_input, dict):
+            return error(f"{self.name} expects a JSON object as input")
+        try:
+            return self._run(tool_input, ctx)
+        except (ToolInputError, StoreError) as exc:
+            return error(str(exc))
+        except OSError as exc:
+            where = f" ({_rel_or_raw(ctx, exc.filename)})" if exc.filename else ""
+            return error(f"{self.name} failed: {exc.strerror or exc}{where}")
+
+    def _run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        raise NotImplementedError
+
+
+def _rel_or_raw(ctx: ToolContext, filename: Any) -> str:
+    try:
+        return relative(ctx.root, Path(filename))
+    except (ValueError, OSError):
+        return str(filename)
+
+
+def string_input(tool_input: dict[str, Any], key: str, *, default: str | None = None, allow_empty: bool = False) -> str:
+    value = tool_input.get(key, default)
+    if value is None:
+        raise ToolInputError(f"missing required input {key!r}")
+    if not isinstance(value, str):
+        raise ToolInputError(f"input {key!r} must be a string, got {type(value).__name__}")
+    if not allow_empty and not value:
+        raise ToolInputError(f"input {key!r} must not be empty")
+    return value
+
+
+def int_input(tool_input: dict[str, Any], key: str, default: int, minimum: int) -> int:
+    value = tool_input.get(key)
+    if value is None:
+        return default
+    # bool is an int in Python; "true" as a line number is a model mistake worth naming.
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole:
+        raise ToolInputError(f"input {key!r} must be a whole number, got {value!r}")
+    if value < minimum:
+        raise ToolInputError(f"input {key!r} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def bool_input(tool_input: dict[str, Any], key: str) -> bool:
+    value = tool_input.get(key, False)
+    if not isinstance(value, bool):
+        raise ToolInputError(f"input {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… [+{len(text) - limit} chars]"

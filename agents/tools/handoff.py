@@ -1,4 +1,4 @@
-"""``SubmitHandoff``: the only way an agent ends its turn (SPEC §7).
+"""``SubmitHandoff``: the only way an agent ends its turn (docs/agents.md, "Tools").
 
 The payload is validated with the models of ``context.handoff`` and checked
 against the folder (the files it names exist, the totals agree with the
@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agents.tooling import ToolContext, ToolResult, error, ok
+from agents.role import Role
+from agents.tools.base import ToolContext, ToolResult, error, ok
 from context.handoff import (
     ExecuteToInit,
     InitToExecute,
@@ -23,7 +24,7 @@ from context.handoff import (
 )
 from scenarios.store import Layout, StoreError, read_json, relative, write_json
 
-KIND = {"init": "init_to_execute", "execute": "execute_to_init"}
+KIND: dict[Role, str] = {"init": "init_to_execute", "execute": "execute_to_init"}
 
 
 def handoff_path(root: Path, iteration: int, kind: str) -> Path:
@@ -33,7 +34,7 @@ def handoff_path(root: Path, iteration: int, kind: str) -> Path:
 class SubmitHandoff:
     name = "SubmitHandoff"
 
-    def __init__(self, role: str):
+    def __init__(self, role: Role):
         self.kind = KIND[role]
         self.description = (
             f"End your turn by handing your work to the other agent. `payload` is the {self.kind} "
@@ -55,10 +56,13 @@ class SubmitHandoff:
         problems = _folder_problems(payload, ctx)
         if problems:
             bullets = "\n".join(f"- {p}" for p in problems)
-            return error(f"the payload does not match the scenario folder:\n{bullets}\nFix and call SubmitHandoff again.")
+            return error(
+                f"the payload does not match the scenario folder:\n{bullets}\nFix and call SubmitHandoff again."
+            )
         path = handoff_path(ctx.root, payload.iteration, self.kind)
         write_json(path, payload_dict(payload))
-        return ok({"accepted": True, "kind": self.kind, "iteration": payload.iteration, "path": relative(ctx.root, path)}, ends_turn=True)
+        data = {"accepted": True, "kind": self.kind, "iteration": payload.iteration, "path": relative(ctx.root, path)}
+        return ok(data, ends_turn=True)
 
 
 def _folder_problems(payload: InitToExecute | ExecuteToInit, ctx: ToolContext) -> list[str]:
@@ -72,7 +76,8 @@ def _folder_problems(payload: InitToExecute | ExecuteToInit, ctx: ToolContext) -
         return problems
     out_dir = payload.execution_output_dir
     if not _exists(ctx, out_dir, file=False):
-        return [*problems, f"execution_output_dir: {out_dir!r} is not a folder; it should be execution_outputs/iteration_{ctx.iteration}"]
+        expected = f"execution_outputs/iteration_{ctx.iteration}"
+        return [*problems, f"execution_output_dir: {out_dir!r} is not a folder; it should be {expected}"]
     report_path = ctx.path(out_dir) / "report.json"
     if not report_path.exists():
         return [*problems, f"execution_output_dir: no report.json in {out_dir!r}; run RunEvaluation first"]

@@ -1,0 +1,1 @@
+"""The agents' tools, one module per family; ``registry.tools_for`` lists a role's tools."""

@@ -1,0 +1,147 @@
+"""``Write`` and ``Edit``: atomic writes outside baton's bookkeeping, answered with a diff."""
+
+from __future__ import annotations
+
+import difflib
+from itertools import islice
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, bool_input, clip, ok, string_input
+from agents.tools.paths import changed_since_seen, existing_file, is_binary, seen_mtimes, writable
+from scenarios.store import write_atomic
+
+DIFF_LINES = 40
+HEAD_LINES = 20
+MAX_DIFF_CHARS = 2_000_000  # difflib is roughly quadratic; bigger files get a summary
+
+
+def _diff(old: str, new: str) -> str:
+    """The first lines of a unified diff (no file headers: the path is in the result)."""
+    if len(old) > MAX_DIFF_CHARS or len(new) > MAX_DIFF_CHARS:
+        return (
+            f"(diff not computed: file over {MAX_DIFF_CHARS:,} characters; "
+            f"{_count_text_lines(old)} -> {_count_text_lines(new)} lines)"
+        )
+    lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=2))[2:]
+    shown = [clip(line, 500) for line in lines[:DIFF_LINES]]
+    if len(lines) > DIFF_LINES:
+        shown.append(f"... ({len(lines) - DIFF_LINES} more diff lines; Read the file to see the result)")
+    return "\n".join(shown)
+
+
+def _count_text_lines(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def _head(text: str, n: int) -> str:
+    return "\n".join(clip(line, 500) for line in islice(iter(text.splitlines()), n))
+
+
+def _old_text(path: Path) -> str | None:
+    """The current text of a file about to be replaced (None if it is binary or not UTF-8)."""
+    if is_binary(path):
+        return None
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+class WriteTool(FileTool):
+    name = "Write"
+    description = (
+        "Create or overwrite a text file in the scenario folder with `content` (parent folders are "
+        "created; the write is atomic). Returns whether the file was created, its size in bytes, and "
+        "a diff when an existing file was replaced. Prefer Edit for changing part of an existing file. "
+        "state/ (agent logs and memory) and run.json belong to baton and cannot be written."
+    )
+    SCHEMA: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path relative to the scenario folder"},
+            "content": {"type": "string", "description": "The complete new content of the file"},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    }
+
+    def _run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        path, rel = writable(ctx, string_input(tool_input, "path"))
+        content = string_input(tool_input, "content", allow_empty=True)
+        created = not path.exists()
+        old = None if created else _old_text(path)
+        external = not created and changed_since_seen(ctx, rel, path.stat().st_mtime)
+        raw = content.encode("utf-8", errors="replace")
+        write_atomic(path, raw)
+        seen_mtimes(ctx)[rel] = path.stat().st_mtime
+        data: dict[str, Any] = {"path": rel, "created": created, "size": len(raw), "diff": "", "content_head": ""}
+        if created:
+            data["content_head"] = _head(content, HEAD_LINES)
+        elif old is None:
+            data["diff"] = "(replaced a binary or non-UTF-8 file; no diff)"
+        else:
+            data["diff"] = _diff(old, content) or "(no changes: the content was identical)"
+        if external:
+            data["note"] = "the file had changed since you last read or wrote it; those changes were overwritten"
+        return ok(data)
+
+
+class EditTool(FileTool):
+    name = "Edit"
+    description = (
+        "Replace an exact string in a text file: `old_string` must match the file character for "
+        "character (whitespace and indentation included; copy it from Read output without the line "
+        "number prefix). It must occur exactly once unless `replace_all` is true; add surrounding "
+        "lines to make it unique. Returns the number of replacements and a diff. The write is atomic. "
+        "state/ and run.json cannot be edited."
+    )
+    SCHEMA: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path relative to the scenario folder"},
+            "old_string": {"type": "string", "description": "The exact text to replace"},
+            "new_string": {"type": "string", "description": "The text to put in its place (must differ)"},
+            "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)"},
+        },
+        "required": ["path", "old_string", "new_string"],
+        "additionalProperties": False,
+    }
+
+    def _run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        path, rel = writable(ctx, string_input(tool_input, "path"))
+        old_string = string_input(tool_input, "old_string")
+        new_string = string_input(tool_input, "new_string", allow_empty=True)
+        replace_all = bool_input(tool_input, "replace_all")
+        if old_string == new_string:
+            raise ToolInputError("old_string and new_string are identical; nothing to change")
+        path, rel = existing_file(ctx, rel)
+        text = _old_text(path)
+        if text is None:
+            raise ToolInputError(f"{rel} is binary or not UTF-8 text; Edit works on text files only")
+        count = self._check_count(text, old_string, rel, replace_all)
+        external = changed_since_seen(ctx, rel, path.stat().st_mtime)
+        new_text = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+        write_atomic(path, new_text.encode("utf-8", errors="replace"))
+        seen_mtimes(ctx)[rel] = path.stat().st_mtime
+        data = {"path": rel, "applied": True, "replacements": count, "diff": _diff(text, new_text)}
+        if external:
+            data["note"] = (
+                "the file had changed since you last read or wrote it; the edit was applied to its current content"
+            )
+        return ok(data)
+
+    @staticmethod
+    def _check_count(text: str, old_string: str, rel: str, replace_all: bool) -> int:
+        count = text.count(old_string)
+        if count == 0:
+            raise ToolInputError(
+                f"old_string was not found in {rel}; Read the file and copy the exact text "
+                "(whitespace, indentation and line breaks must match; omit the line-number prefix)"
+            )
+        if count > 1 and not replace_all:
+            raise ToolInputError(
+                f"old_string occurs {count} times in {rel}; add surrounding lines to make it unique, "
+                "or set replace_all to true to replace every occurrence"
+            )
+        return count if replace_all else 1
