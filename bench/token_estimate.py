@@ -59,8 +59,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from context.estimator import TokenEstimator, usage_total  # noqa: E402
 from context.messages import Message, parse_message  # noqa: E402
-from context.tokens import TokenEstimator, message_counts, split_counts, usage_total  # noqa: E402
+from context.tokens import message_counts, split_counts  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "trajectories"
 FILE_NAME = "claude-code.jsonl.gz"

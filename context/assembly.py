@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from context.compression import archive_ref, cap_result, compress_call, compress_result
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from context.tokens import TokenEstimator, count_text
+from context.estimator import TokenEstimator
+from context.tokens import count_text
 
 # Anthropic prompt-cache prices relative to base input: a read costs 0.1x, a write 1.25x.
 CACHE_READ, CACHE_WRITE = 0.1, 1.25

@@ -14,25 +14,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from context import tokens as raw_counts
+from context.text import clean_text
+
 Role = Literal["user", "assistant"]
-
-
-def clean_text(value: Any) -> str:
-    """Turn whatever a tool or a log handed us into valid UTF-8 text.
-
-    Bytes are decoded with replacement characters, structured data becomes
-    JSON, and lone surrogates (which cannot be written as UTF-8) are replaced,
-    so a hostile or binary result can never break a later write.
-    """
-    if value is None:
-        return ""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    if not isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    if value.isascii():
-        return value
-    return value.encode("utf-8", errors="replace").decode("utf-8")
 
 
 class _Frozen(BaseModel):
@@ -44,9 +29,7 @@ class _Counted(_Frozen):
 
     @cached_property
     def tokens(self) -> int:
-        from context.tokens import block_tokens  # late import: tokens depends on this module
-
-        return block_tokens(self)
+        return raw_counts.block_tokens(self)
 
 
 class TextBlock(_Counted):

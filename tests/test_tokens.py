@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from context import tokens
+from context.estimator import TokenEstimator, usage_total
 from context.messages import (
     ImageBlock,
     Message,
@@ -24,12 +25,10 @@ from context.messages import (
     user,
 )
 from context.tokens import (
-    TokenEstimator,
     block_tokens,
     count_text,
     message_counts,
     split_counts,
-    usage_total,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
