@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
 from agents.config import ConfigError
 from agents.disk import AgentDisk
+from agents.events import CompactionRecord, ErrorEvent, PromptTooLongEvent, StepEvent, WarningEvent, read_events
 from agents.settings_layers import load_scenario_config
 from scenarios.run import RunRecord, load_run
-from scenarios.store import AGENTS, Layout, read_jsonl
+from scenarios.store import AGENTS, Layout
 
 SIMULATED = "simulated"  # the model label of the offline simulated model
 
@@ -31,7 +30,7 @@ class AgentView:
     threshold: int | None = None
     model: str = ""
     points: list[tuple[int, int]] = field(default_factory=list)  # (step, estimated input)
-    compactions: list[dict[str, Any]] = field(default_factory=list)
+    compactions: list[CompactionRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -39,27 +38,26 @@ class AgentView:
 
     @property
     def fallbacks(self) -> int:
-        return sum(bool(c.get("fallback")) for c in self.compactions)
+        return sum(c.fallback for c in self.compactions)
 
 
 def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
-    layout = Layout(root)
-    events = read_jsonl(layout.events(role))
-    view = AgentView(role, problems=[f"{layout.events(role).name} {p}" for p in events.problems])
-    for event in events.records:
-        kind = event.get("kind") if isinstance(event, dict) else None
-        if kind == "step":
+    events, problems = read_events(Layout(root).events(role))
+    view = AgentView(role, problems=problems)
+    for event in events:
+        if isinstance(event, StepEvent):
             view.steps += 1
-            view.estimated, view.threshold = event.get("estimated_input"), event.get("threshold")
-            view.model = event.get("model") or view.model
-            view.points.append((event.get("step", view.steps), event.get("estimated_input") or 0))
-        elif kind == "compaction":
+            view.estimated, view.threshold = event.estimated_input, event.threshold
+            view.model = event.model or view.model
+            view.points.append((event.step, event.estimated_input))
+        elif isinstance(event, CompactionRecord):
             view.compactions.append(event)
-        elif kind in ("warning", "prompt_too_long"):
-            view.warnings.append(f"step {event.get('after_step', event.get('step', '?'))}: "
-                                 f"{event.get('reason') or event.get('detail', '')}")
-        elif kind == "error":
-            view.errors.append(f"step {event.get('step', '?')}: {event.get('reason', '')}")
+        elif isinstance(event, WarningEvent):
+            view.warnings.append(f"step {event.after_step}: {event.reason}")
+        elif isinstance(event, PromptTooLongEvent):
+            view.warnings.append(f"step {event.step}: {event.detail}")
+        elif isinstance(event, ErrorEvent):
+            view.errors.append(f"step {event.step}: {event.reason}")
     if detailed:  # the log and agent.json: only status needs them, and the log can be large
         disk = AgentDisk.load(root, role)  # type: ignore[arg-type]
         view.problems += disk.problems

@@ -69,9 +69,9 @@ def where(record: RunRecord | None) -> str:
 
 def event_line(role: str, kind: str, entry: Any) -> Text:
     if kind == "compaction":
-        fallback = " (fallback summary)" if entry.get("fallback") else ""
-        return Text(f"  {role}: compaction #{entry.get('id')} after step {entry.get('after_step')}: "
-                    f"~{entry.get('tokens_before', 0):,} -> ~{entry.get('tokens_after', 0):,} tokens{fallback}")
+        fallback = " (fallback summary)" if entry.fallback else ""
+        return Text(f"  {role}: compaction #{entry.id} after step {entry.after_step}: "
+                    f"~{entry.tokens_before:,} -> ~{entry.tokens_after:,} tokens{fallback}")
     style = "yellow" if kind == "warning" else "red"
     return Text.assemble((f"  {role} {kind}: ", style), str(entry))
 

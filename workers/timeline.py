@@ -20,7 +20,7 @@ def plot_timeline(view: AgentView, threshold: int, path: Path) -> None:
     ax.plot(steps, sizes, marker="o", markersize=3, label="estimated input")
     ax.axhline(view.threshold or threshold, color="red", linestyle="--", label="threshold")
     for i, c in enumerate(view.compactions):
-        ax.axvline(c.get("after_step", 0) + 0.5, color="grey", linestyle=":", label="compaction" if i == 0 else None)
+        ax.axvline((c.after_step or 0) + 0.5, color="grey", linestyle=":", label="compaction" if i == 0 else None)
     ax.set(xlabel="step", ylabel="tokens (estimated input)", title=f"{view.role}: context size per step")
     ax.set_ylim(bottom=0)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
