@@ -24,10 +24,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from context.compression import archive_ref, cap_result, compress_call, compress_result
+from context.compression import archive_ref, cap_result, compress_call
+from context.estimator import TokenEstimator
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from context.estimator import TokenEstimator
+from context.per_tool_compression import compress_result
 from context.tokens import count_text
 
 # Anthropic prompt-cache prices relative to base input: a read costs 0.1x, a write 1.25x.

@@ -8,17 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from context.compression import (
-    BashData,
-    ReadData,
-    ToolEnvelope,
-    archive_ref,
-    cap_result,
-    compress_result,
-    footer,
-    is_compressed,
-)
+from context.compression import archive_ref, cap_result, footer, is_compressed
 from context.messages import ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock, parse_message
+from context.per_tool_compression import compress_result
+from context.tool_results import BashData, ReadData, ToolEnvelope
 
 REF = archive_ref("execute", "toolu_01")
 TRAJECTORIES = Path(__file__).resolve().parents[2] / "shared" / "trajectories"
