@@ -36,13 +36,9 @@ class Agent:
         return StaticPrefix(system=prompt(self.role, "system"), tools=[definition(t) for t in self.tools().values()])
 
     def context(self, root: Path, iteration: int, memory: dict[str, Any]) -> ToolContext:
-        c = self.config.tools
-        return ToolContext(
-            root=Path(root), agent=self.role, iteration=iteration, bash_enabled=c.bash_enabled,
-            bash_timeout_s=c.bash_timeout_s, output_cap_chars=c.output_cap_chars,
-            eval_timeout_s=c.eval_timeout_s, eval_memory_mb=c.eval_memory_mb,
-            model_label=self.model.label if self.model.label == "simulated" else "", memory=memory,
-        )
+        label = self.model.label if self.model.label == "simulated" else ""
+        return ToolContext(root=Path(root), agent=self.role, iteration=iteration, settings=self.config.tools,
+                           model_label=label, memory=memory)
 
     def assembler(self, disk: AgentDisk, history: History) -> Assembler:
         estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()

@@ -10,6 +10,7 @@ import pytest
 
 from agents.evaluation.classify import lookup, same
 from agents.evaluation.run import run_evaluation
+from agents.config import ToolSettings
 from agents.tools.base import ToolContext
 from agents.tools.evaluation import RunEvaluation
 
@@ -347,7 +348,7 @@ def test_same_and_lookup() -> None:
 
 
 def ctx(root: Path, iteration: int = 1) -> ToolContext:
-    return ToolContext(root=root, agent="execute", iteration=iteration, eval_timeout_s=TIMEOUT_S, eval_memory_mb=MEMORY_MB, model_label="simulated")
+    return ToolContext(root=root, agent="execute", iteration=iteration, model_label="simulated", settings=ToolSettings(eval_timeout_s=TIMEOUT_S, eval_memory_mb=MEMORY_MB))
 
 
 def test_tool_envelope(tmp_path: Path) -> None:

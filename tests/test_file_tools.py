@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from agents.config import ToolSettings
 from agents.tools.base import ToolContext, ToolResult, definition, run_tool
 from agents.tools.registry import FILE_TOOLS
-from context.compression import DATA_MODELS, archive_ref, compress_result
+from context.compression import archive_ref
 from context.messages import ToolResultBlock, ToolUseBlock
+from context.per_tool_compression import compress_result
+from context.tool_results import DATA_MODELS
 
 TOOLS = {tool.name: tool for tool in FILE_TOOLS}
 
@@ -25,7 +28,7 @@ def ctx(tmp_path: Path) -> ToolContext:
 
 @pytest.fixture
 def bash_ctx(tmp_path: Path) -> ToolContext:
-    return ToolContext(root=tmp_path, agent="execute", iteration=1, bash_enabled=True, bash_timeout_s=20)
+    return ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_timeout_s=20))
 
 
 def call(ctx: ToolContext, name: str, **tool_input) -> ToolResult:
@@ -110,7 +113,7 @@ def test_read_offset_limit_and_past_end(ctx, tmp_path):
 
 
 def test_read_caps_content_and_says_how_to_continue(tmp_path):
-    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, output_cap_chars=1000)
+    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(output_cap_chars=1000))
     write(tmp_path, "big.txt", "x" * 90 + "\n" + ("y" * 90 + "\n") * 200)
     data = good(ctx, "Read", path="big.txt")
     assert len(data["content"]) <= 1000 and data["end_line"] < 200
@@ -373,7 +376,7 @@ def test_bash_timeout_kills_the_process_group(bash_ctx, tmp_path):
 
 
 def test_bash_caps_huge_output(tmp_path):
-    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, bash_enabled=True, output_cap_chars=2000)
+    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=2000))
     data = good(ctx, "Bash", command="yes | head -c 20000000; echo done >&2")
     assert data["exit_code"] == 0 and len(data["stdout"]) < 2500
     assert "bytes omitted" in data["stdout"] and data["stdout"].startswith("y\ny\n")
@@ -381,7 +384,7 @@ def test_bash_caps_huge_output(tmp_path):
 
 
 def test_bash_endless_output_stays_bounded(tmp_path):
-    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, bash_enabled=True, output_cap_chars=1000)
+    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=1000))
     data = good(ctx, "Bash", command="yes", timeout_s=1)
     assert data["timed_out"] is True and len(data["stdout"]) < 1500
 
@@ -396,7 +399,7 @@ def test_bash_does_not_see_secrets(bash_ctx, monkeypatch):
 
 
 def test_bash_timeout_is_capped_by_config(tmp_path):
-    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, bash_enabled=True, bash_timeout_s=1)
+    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_timeout_s=1))
     assert good(ctx, "Bash", command="sleep 5", timeout_s=100)["timed_out"] is True
     assert "positive" in bad(ctx, "Bash", command="true", timeout_s=-1)
 
@@ -452,6 +455,6 @@ def test_refusals_are_error_results_not_exceptions(ctx):
 
 
 def test_bash_cut_does_not_split_characters(tmp_path):
-    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, bash_enabled=True, output_cap_chars=51)
+    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=51))
     data = good(ctx, "Bash", command=f"{sys.executable} -c \"print('é€😀' * 500)\"")
     assert "bytes omitted" in data["stdout"] and "\ufffd" not in data["stdout"]

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from agents.config import ToolSettings
 from agents.role import Role
 from context.redaction import redact
 from scenarios.store import Layout, StoreError, inside, relative
@@ -32,11 +33,7 @@ class ToolContext:
     root: Path  # the scenario folder; every path is confined to it
     agent: Role
     iteration: int
-    bash_enabled: bool = False
-    bash_timeout_s: float = 60.0
-    output_cap_chars: int = 30_000  # per stream for Bash, per file for Read
-    eval_timeout_s: float = 10.0  # per sample
-    eval_memory_mb: int = 512  # per sample
+    settings: ToolSettings = field(default_factory=ToolSettings)  # the agent's tools section
     model_label: str = ""  # "simulated" when the simulated model drives this agent
     # Per-agent memory that must survive between steps (Read mtimes, todos);
     # the step loads it from state/<agent>/tools.json and saves it after the tools.

@@ -134,7 +134,7 @@ class BashTool(FileTool):
     }
 
     def _run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        if not ctx.bash_enabled:
+        if not ctx.settings.bash_enabled:
             role = ctx.agent
             return error(
                 f"Bash is disabled for the {role} agent. A human can enable it by setting "
@@ -154,7 +154,7 @@ class BashTool(FileTool):
             env=_clean_env(),
             start_new_session=True,  # its own process group, so a timeout can kill all of it
         )
-        out, err = _Capture(ctx.output_cap_chars), _Capture(ctx.output_cap_chars)
+        out, err = _Capture(ctx.settings.output_cap_chars), _Capture(ctx.settings.output_cap_chars)
         timed_out = lingering = True  # if collecting fails, clean up as after a timeout
         try:
             timed_out, lingering = _collect(proc, out, err, started + limit)
@@ -172,10 +172,10 @@ class BashTool(FileTool):
     def _limit(tool_input: dict[str, Any], ctx: ToolContext) -> float:
         value = tool_input.get("timeout_s")
         if value is None:
-            return ctx.bash_timeout_s
+            return ctx.settings.bash_timeout_s
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ToolInputError(f"timeout_s must be a positive number of seconds, got {value!r}")
-        return min(float(value), ctx.bash_timeout_s)
+        return min(float(value), ctx.settings.bash_timeout_s)
 
     @staticmethod
     def _data(

@@ -67,7 +67,7 @@ class RunEvaluation:
             return error("samples must be a non-empty list of sample ids; omit it to run all samples")
         try:
             report = run_evaluation(
-                ctx.root, iteration, timeout_s=ctx.eval_timeout_s, memory_mb=ctx.eval_memory_mb,
+                ctx.root, iteration, timeout_s=ctx.settings.eval_timeout_s, memory_mb=ctx.settings.eval_memory_mb,
                 only=only, model_label=ctx.model_label,
             )
         except EvaluationError as exc:

@@ -185,9 +185,9 @@ class ReadTool(FileTool):
             raise ToolInputError(f"offset {offset} is past the end of {rel}, which has {total} lines")
         if rendered is not None:
             lines = (clip(x, MAX_LINE_CHARS) for x in rendered[offset - 1 :])
-            window = _number(lines, offset, limit, ctx.output_cap_chars)
+            window = _number(lines, offset, limit, ctx.settings.output_cap_chars)
         else:
-            window = self._window(path, offset, limit, ctx.output_cap_chars)
+            window = self._window(path, offset, limit, ctx.settings.output_cap_chars)
         seen_mtimes(ctx)[rel] = mtime
         data = {
             "path": rel,
@@ -202,7 +202,7 @@ class ReadTool(FileTool):
             data["rendered"] = (
                 "archived tool result: its JSON is shown expanded into lines (multi-line strings as real lines)"
             )
-        if note := self._note(offset, window, total, ctx.output_cap_chars):
+        if note := self._note(offset, window, total, ctx.settings.output_cap_chars):
             data["note"] = note
         return ok(data)
 
