@@ -7,7 +7,7 @@ in their tagged form (SPEC §7).
 
 from __future__ import annotations
 
-from context.handoff import ExecuteToInit, InitToExecute, render_payload
+from agents.payloads import ExecuteToInit, InitToExecute, render_payload
 from context.redaction import redact
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agents.settings_layers import resolve_config
-from agents.openings import execute_opening, init_opening
-from agents.simulated import SimulatedModel
 from agents.agent import Agent
 from agents.disk import AgentDisk, open_turn
+from agents.openings import execute_opening, init_opening
 from agents.outcomes import StepOutcome
+from agents.payloads import parse_payload_dict
+from agents.settings_layers import resolve_config
+from agents.simulated import SimulatedModel
 from agents.step import Fault, run_turn
-from context.handoff import parse_payload_dict
 from context.protocol import validate
 from scenarios.run import copy_scenario
 

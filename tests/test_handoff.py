@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context.handoff import (
+from agents.payloads import (
     ExecuteToInit,
     InitToExecute,
     PayloadError,

@@ -19,18 +19,18 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from agents.backends import model_for
-from agents.settings_layers import load_scenario_config, resolve_agents
-from agents.tools.handoff import KIND, handoff_path
-from agents.models import Model
-from agents.openings import execute_opening, init_opening
 from agents.agent import Agent
+from agents.backends import model_for
 from agents.compaction_task import run_compaction
 from agents.disk import AgentDisk, open_turn
+from agents.models import Model
+from agents.openings import execute_opening, init_opening
 from agents.outcomes import StepOutcome
+from agents.payloads import ExecuteToInit, InitToExecute, parse_payload_dict
 from agents.role import Role
+from agents.settings_layers import load_scenario_config, resolve_agents
 from agents.step import run_step
-from context.handoff import ExecuteToInit, InitToExecute, parse_payload_dict
+from agents.tools.handoff import KIND, handoff_path
 from scenarios.run import IterationResult, RunRecord, archive_run, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name, read_json, write_json
 

@@ -1,6 +1,6 @@
 """``SubmitHandoff``: the only way an agent ends its turn (docs/agents.md, "Tools").
 
-The payload is validated with the models of ``context.handoff`` and checked
+The payload is validated with the models of ``agents.payloads`` and checked
 against the folder (the files it names exist, the totals agree with the
 evaluation report); an invalid payload comes back as a tool error naming each
 problem, so the model fixes it and calls again. An accepted payload is written
@@ -12,9 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agents.role import Role
-from agents.tools.base import ToolContext, ToolResult, error, ok
-from context.handoff import (
+from agents.payloads import (
     ExecuteToInit,
     InitToExecute,
     PayloadError,
@@ -22,6 +20,8 @@ from context.handoff import (
     payload_dict,
     payload_json_schema,
 )
+from agents.role import Role
+from agents.tools.base import ToolContext, ToolResult, error, ok
 from scenarios.store import Layout, StoreError, read_json, relative, write_json
 
 KIND: dict[Role, str] = {"init": "init_to_execute", "execute": "execute_to_init"}

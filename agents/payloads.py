@@ -1,4 +1,4 @@
-"""The two handoff payloads of SPEC §7 and their text form.
+"""The two handoff payloads, the contract between the agents (docs/agents.md), and their text form.
 
 The agents never share memory: Init ends its turn by calling ``SubmitHandoff``
 with an ``init_to_execute`` payload, Execute with an ``execute_to_init`` one. A
