@@ -39,8 +39,9 @@ from typing import Any, Protocol
 
 from agents.models import ModelError, ModelRequest, ModelResponse
 from agents.tools.base import parse_envelope
+from context.estimator import TokenEstimator
 from context.messages import Message, TextBlock, ToolUseBlock, Usage, parse_message
-from context.tokens import TokenEstimator, count_text
+from context.tokens import count_text
 from scenarios.run import SIMULATION_SCRIPT
 
 LABEL = "simulated"
