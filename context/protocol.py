@@ -1,10 +1,15 @@
-"""The request protocol of SPEC §2: validation and repair.
+"""The request protocol of the Messages API: validation and repair.
+
+Three rules: (1) the request starts with a user message, roles alternate and no
+message is empty; (2) each assistant tool_use is answered by a tool_result in
+the next user message, results first, each once; (3) the estimated input plus
+max_tokens fits the window.
 
 `repair` is written as a fold (`Repairer.push`) so the same code serves two
 uses: repairing a whole recorded log at once, and keeping the repaired view of
 an append-only log up to date one message at a time (`context.history`).
-Only the last message of the view is ever rewritten by a push, so view indices
-are stable and can be referred to by compaction events.
+Only the last message of the view is ever rewritten by a push, so a message
+keeps its view index once it is in the view.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ LEADING_ASSISTANT = "[baton] The conversation log began with an assistant messag
 
 
 class ProtocolError(ValueError):
-    """A request that breaks an invariant of SPEC §2, naming where and which."""
+    """A request that breaks a rule of the protocol, naming where and which."""
 
     def __init__(self, index: int, rule: int, detail: str):
         self.index, self.rule, self.detail = index, rule, detail
@@ -76,7 +81,7 @@ def validate(
     estimate: Callable[[Sequence[Message]], int] | None = None,
     allow_pending: bool = False,
 ) -> None:
-    """Raise ProtocolError on the first broken invariant of SPEC §2.
+    """Raise ProtocolError on the first broken rule of the protocol.
 
     Rule 3 (the request fits the window) is checked when a window and an
     estimator are given; `allow_pending` accepts an unanswered tool call at the
@@ -87,7 +92,8 @@ def validate(
     if window is not None and estimate is not None:
         total = estimate(messages) + max_tokens
         if total > window:
-            raise ProtocolError(len(messages) - 1, 3, f"estimated input plus max_tokens is {total}, over the window of {window}")
+            detail = f"estimated input plus max_tokens is {total}, over the window of {window}"
+            raise ProtocolError(len(messages) - 1, 3, detail)
 
 
 def interrupted_result(tool_use_id: str) -> ToolResultBlock:
@@ -144,7 +150,8 @@ class Repairer:
         if self.view[-1].role == "assistant":
             # The previous assistant message has no tool_use (pending is closed), so
             # appending this one's blocks after it keeps tool_use blocks last.
-            self.view[-1] = Message(role="assistant", content=list(self.view[-1].content) + list(msg.content), usage=msg.usage)
+            merged = list(self.view[-1].content) + list(msg.content)
+            self.view[-1] = Message(role="assistant", content=merged, usage=msg.usage)
         else:
             self.view.append(msg)
         self.pending = [b.id for b in self.view[-1].tool_uses]

@@ -1,4 +1,4 @@
-"""Replace values that look like secrets with ``<REDACTED>`` (SPEC §3, "Redaction").
+"""Replace values that look like secrets with ``<REDACTED>``.
 
 This runs on every message written to history, including tool results of tens
 of MB, so it is built to be linear and cheap on clean text:

@@ -1,4 +1,4 @@
-"""Per-tool compression of older tool results and the size cap (SPEC §3)."""
+"""Per-tool compression of older tool results and the size cap."""
 
 from __future__ import annotations
 
