@@ -55,6 +55,7 @@ from context.compaction import CircuitBreaker, compact, summary_request  # noqa:
 from context.compression import archive_ref  # noqa: E402
 from context.history import History  # noqa: E402
 from context.protocol import problems  # noqa: E402
+from context.summary_schemas import ExecuteSummary  # noqa: E402
 from context.messages import (  # noqa: E402
     Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, parse_message,
 )
@@ -170,7 +171,7 @@ class Stats:
     needed: int = 0
     visible: int = 0
     reachable: int = 0
-    invalid: int = 0  # requests that break the protocol of SPEC §2 (should stay 0)
+    invalid: int = 0  # requests that break the request protocol (context.protocol; should stay 0)
     series: list[int] = field(default_factory=list)
     compaction_calls: list[int] = field(default_factory=list)
 
@@ -279,7 +280,7 @@ class BatonPolicy:
         if self.assembler.should_compact(a, self.event):
             req = summary_request(a, COMPACT_PROMPT)
             extra.append((req, [*a.breakpoints[:-1], len(req) - 1]))
-            self.event = compact(role="execute", assembler=self.assembler, previous=self.event,
+            self.event = compact(schema=ExecuteSummary, assembler=self.assembler, previous=self.event,
                                  prompt=COMPACT_PROMPT, call=None, breaker=self.breaker)
             self.compacted = True
             a = self.assembler.assemble(self.event)

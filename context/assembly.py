@@ -1,4 +1,4 @@
-"""Assembling the request for one model call (SPEC §3).
+"""Assembling the request for one model call (docs/agents.md).
 
 The request is derived from the log view and the latest compaction event; it
 is never stored. Layers, in order:
@@ -13,6 +13,12 @@ Work per call is proportional to what is sent, not to the log: token counts
 are cached on blocks, compressed results are cached by view index, and the
 stable prefix (layers 2-4) is memoised until it changes, which with
 hysteresis B happens only every B steps.
+
+Two strategies plug in, each chosen by name in `Policy` (``context.strategies``):
+the result compressor behind layers 4 and 5 (`ResultCompressor`) and the
+compactor that decides when to compact and produces the event (`Compactor`).
+Layers 3-5 stay together here: which batch is compressed (the payback rule)
+and the memoised prefix both decide what the prompt cache can reuse.
 """
 
 from __future__ import annotations
@@ -20,15 +26,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-from context.compression import archive_ref, cap_result, compress_call
+from context.compression import archive_ref
 from context.estimator import TokenEstimator
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from context.per_tool_compression import compress_result
+from context.strategies import COMPACTORS, COMPRESSORS, check_name, instantiate
 from context.tokens import count_text
 
 # Anthropic prompt-cache prices relative to base input: a read costs 0.1x, a write 1.25x.
@@ -41,7 +55,7 @@ BRIDGE = (
 
 
 class Policy(BaseModel):
-    """How an agent's context is kept; SPEC §1 and §3 parameters."""
+    """How an agent's context is kept: the limits, the layers' parameters and the strategies by name."""
 
     model_config = ConfigDict(frozen=True)
     window: int = Field(1_000_000, gt=0, description="hard context limit in tokens")
@@ -60,6 +74,18 @@ class Policy(BaseModel):
     kept_cap_chars: int = Field(5_000, gt=0, description="cap for results of steps kept by a compaction")
     read_lines: int = Field(10, ge=0, description="lines of an older Read result kept in its compressed form")
     min_verbatim_steps: int = Field(2, ge=1, description="emergency trim never goes below this")
+    compressor: str = Field("per_tool", description="how older tool results shrink: a name in COMPRESSORS")
+    compactor: str = Field("summary", description="when and how the context is compacted: a name in COMPACTORS")
+
+    @field_validator("compressor")
+    @classmethod
+    def _known_compressor(cls, name: str) -> str:
+        return check_name("compressor", name, COMPRESSORS)
+
+    @field_validator("compactor")
+    @classmethod
+    def _known_compactor(cls, name: str) -> str:
+        return check_name("compactor", name, COMPACTORS)
 
     @model_validator(mode="after")
     def _threshold_below_window(self) -> "Policy":
@@ -70,17 +96,39 @@ class Policy(BaseModel):
         return self
 
 
-class CompactionEvent(BaseModel):
-    """A compaction: the summary that stands for view[covered_from:kept_from].
+class ViewSpan(NamedTuple):
+    """A compaction's positions as view indices of one `History`."""
 
-    The log is untouched; assembly reads the latest event to derive the view.
+    covered_from: int  # first view index the summary stands for
+    kept_from: int  # first view index kept verbatim after the summary
+    kept_until: int  # view length when compacted: results before it get the kept cap
+
+
+# Positions of events written before events named log positions: view indices.
+_VIEW_FIELDS = ("covered_from", "kept_from", "kept_until")
+_SEQ_FIELDS = ("covered_from_seq", "kept_from_seq", "kept_until_seq")
+
+
+class CompactionEvent(BaseModel):
+    """A compaction: a summary that stands for the log messages before `kept_from_seq`.
+
+    Positions are numbers of log messages (1 for the first message appended to
+    the `History`, as the agent's log records are numbered), so the event names
+    what it forgets as the append-only log numbers it, not by positions in the
+    repaired view; `in_view` resolves them. Events written earlier carry view
+    indices instead (`covered_from`, `kept_from`, `kept_until`): they load as they
+    are and resolve to those indices. The log is untouched; assembly reads the
+    latest event to derive the request.
     """
 
     kind: str = "compaction"
     id: int = Field(ge=1, description="1 for the first compaction of this agent, then 2, …")
-    covered_from: int = Field(ge=0)
-    kept_from: int = Field(ge=0, description="first view index kept verbatim after the summary")
-    kept_until: int = Field(ge=0, description="view length when compacted: the steps kept then")
+    covered_from_seq: int | None = Field(None, ge=1, description="first log message the summary stands for")
+    kept_from_seq: int | None = Field(None, ge=1, description="first log message kept verbatim after the summary")
+    kept_until_seq: int | None = Field(None, ge=0, description="last log message when compacted: the steps kept then")
+    covered_from: int | None = Field(None, ge=0, description="older events: view index the summary starts at")
+    kept_from: int | None = Field(None, ge=0, description="older events: first view index kept verbatim")
+    kept_until: int | None = Field(None, ge=0, description="older events: view length when compacted")
     prompt: str
     summary: dict[str, Any]
     tokens_before: int = 0
@@ -90,6 +138,40 @@ class CompactionEvent(BaseModel):
     fallback: bool = False
     error: str | None = None
     at: str = ""
+
+    @model_validator(mode="after")
+    def _positions(self) -> CompactionEvent:
+        if self.kept_from_seq is not None and self.kept_until_seq is not None:
+            if self.covered_from_seq is None:
+                self.covered_from_seq = 1
+        elif self.kept_from is not None and self.kept_until is not None:
+            if self.covered_from is None:
+                self.covered_from = 0
+        else:
+            raise ValueError(
+                "a compaction event names the log messages it keeps: kept_from_seq and kept_until_seq "
+                "(events written before log positions: kept_from and kept_until, view indices)"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _only_given_positions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An event is written with the one kind of position it has; the other kind stays absent.
+        data = handler(self)
+        for name in (*_SEQ_FIELDS, *_VIEW_FIELDS):
+            if name in data and data[name] is None:
+                del data[name]
+        return data
+
+    def in_view(self, history: History) -> ViewSpan:
+        """The event's positions as view indices of `history` (the log it was made from, or a longer one)."""
+        if self.kept_from_seq is None or self.kept_until_seq is None:
+            return ViewSpan(self.covered_from or 0, self.kept_from or 0, self.kept_until or 0)
+        return ViewSpan(
+            history.view_index(self.covered_from_seq or 1),
+            history.view_index(self.kept_from_seq),
+            history.view_length(self.kept_until_seq),
+        )
 
     @cached_property
     def messages(self) -> list[Message]:
@@ -102,6 +184,34 @@ class CompactionEvent(BaseModel):
 
 class TokenEstimate(Protocol):
     def estimate_raw(self, raw_tokens: int, n_messages: int, n_blocks: int) -> int: ...
+
+
+class ResultCompressor(Protocol):
+    """Layers 4 and 5: how older tool results and calls shrink, and how a big verbatim result is capped.
+
+    What it returns sits in the prompt-cache prefix: the same input must always
+    give byte-identical blocks. `ref` is where the full result is archived.
+    """
+
+    def compress_result(
+        self, call: ToolUseBlock | None, result: ToolResultBlock, ref: str, *, read_lines: int
+    ) -> ToolResultBlock: ...
+
+    def cap_result(
+        self, result: ToolResultBlock, ref: str, *, cap_chars: int, head: int, tail: int
+    ) -> ToolResultBlock: ...
+
+    def compress_call(self, call: ToolUseBlock) -> ToolUseBlock: ...
+
+
+class Compactor(Protocol):
+    """When the context is compacted, the event a compaction produces, and what it adds to each request."""
+
+    def should_compact(self, assembler: Assembler, assembled: Assembled, event: CompactionEvent | None) -> bool: ...
+
+    def compact(self, assembler: Assembler, previous: CompactionEvent | None, **inputs: Any) -> CompactionEvent: ...
+
+    def request_fields(self, event: CompactionEvent | None) -> dict[str, Any]: ...
 
 
 class StaticPrefix(BaseModel):
@@ -129,6 +239,7 @@ class Assembled:
     verbatim_steps: int
     trimmed_steps: int = 0  # steps emergency-trimmed to fit the window
     managed: bool = True  # False while the context is below the start size
+    request_fields: dict[str, Any] = field(default_factory=dict)  # what the compactor adds to the request
 
     @property
     def raw_tokens(self) -> int:
@@ -158,7 +269,7 @@ class Assembled:
             request["system"] = [{"type": "text", "text": static.system, "cache_control": ephemeral}]
         if tools:
             request["tools"] = tools
-        return request | extra
+        return request | self.request_fields | extra
 
 
 def kept_from(history: History, base: int, keep_steps: int) -> int:
@@ -186,11 +297,19 @@ class Assembler:
     agent: str = "agent"
     static: StaticPrefix = field(default_factory=StaticPrefix)
     estimator: TokenEstimate = field(default_factory=TokenEstimator)
+    compressor: ResultCompressor | None = None  # None: the one `policy.compressor` names
+    compactor: Compactor | None = None  # None: the one `policy.compactor` names
     _compressed: dict[int, Message] = field(default_factory=dict, repr=False)
     _capped: dict[tuple[int, int], Message] = field(default_factory=dict, repr=False)
     _prefix_key: tuple | None = field(default=None, repr=False)
     _prefix: tuple[list[Message], dict[str, int], int, int] | None = field(default=None, repr=False)
     _decisions: dict[int, bool] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.compressor is None:
+            self.compressor = instantiate("compressor", self.policy.compressor, COMPRESSORS)
+        if self.compactor is None:
+            self.compactor = instantiate("compactor", self.policy.compactor, COMPACTORS)
 
     # ---- per-message variants, computed once -------------------------------------
 
@@ -199,13 +318,14 @@ class Assembler:
         archive reference) or, for the assistant message, bulky call inputs cut."""
         msg = self._compressed.get(index)
         if msg is None:
-            src = self.history.view[index]
+            src, shrink = self.history.view[index], self.compressor
             if src.role == "assistant":
-                blocks = [compress_call(b) if isinstance(b, ToolUseBlock) else b for b in src.content]
+                blocks = [shrink.compress_call(b) if isinstance(b, ToolUseBlock) else b for b in src.content]
             else:
                 uses = {t.id: t for t in self.history.view[index - 1].tool_uses}
                 blocks = [
-                    compress_result(uses.get(b.tool_use_id), b, archive_ref(self.agent, b.tool_use_id), read_lines=self.policy.read_lines)
+                    shrink.compress_result(uses.get(b.tool_use_id), b, archive_ref(self.agent, b.tool_use_id),
+                                           read_lines=self.policy.read_lines)
                     if isinstance(b, ToolResultBlock)
                     else b
                     for b in src.content
@@ -223,7 +343,9 @@ class Assembler:
             src = self.history.view[index]
             head = min(1_000, cap // 2)
             blocks = [
-                cap_result(b, archive_ref(self.agent, b.tool_use_id), cap_chars=cap, head=head, tail=head)
+                self.compressor.cap_result(
+                    b, archive_ref(self.agent, b.tool_use_id), cap_chars=cap, head=head, tail=head
+                )
                 if isinstance(b, ToolResultBlock)
                 else b
                 for b in src.content
@@ -240,11 +362,8 @@ class Assembler:
             del self._capped[k]
 
     def should_compact(self, assembled: Assembled, event: CompactionEvent | None) -> bool:
-        """The trigger of SPEC §4: over the threshold, and a compaction would cover
-        something new. When the kept steps alone are over it, compacting again
-        cannot help: assembly's emergency trim keeps the request inside the window."""
-        base = event.kept_from if event else 0
-        return assembled.estimated_input > self.policy.threshold and kept_from(self.history, base, self.policy.keep_last_steps) > base
+        """Whether to compact before this request: the compactor's decision."""
+        return self.compactor.should_compact(self, assembled, event)
 
     # ---- assembly ----------------------------------------------------------------
 
@@ -254,7 +373,8 @@ class Assembler:
         if not view:
             raise ValueError("nothing to send: the agent's log is empty; append its opening user message first")
         self.forget_tail(max(0, len(view) - 1))  # the last view message may have been merged since
-        base = event.kept_from if event else 0
+        span = event.in_view(self.history) if event else ViewSpan(0, 0, 0)
+        base, cap_until = span.kept_from, span.kept_until
         head: list[Message] = list(event.messages) if event else []
         if event and base < len(view) and view[base].role == "assistant":
             head.append(Message(role="user", content=[TextBlock(text=BRIDGE)]))
@@ -267,9 +387,10 @@ class Assembler:
             starts = [base] + starts
         steps = self.history.steps_in(starts[-1])
         n_batches = max(0, (len(steps) - pol.keep_last_steps) // pol.batch) if managed else 0
-        cap_until = event.kept_until if event else 0
 
-        prefix, layers, previous_end, n_compressed = self._stable_prefix(event, head, starts, steps, n_batches, managed, cap_until)
+        prefix, layers, previous_end, n_compressed = self._stable_prefix(
+            event, head, starts, steps, n_batches, managed, cap_until
+        )
         verbatim = steps[n_batches * pol.batch :]
         build = partial(
             self._build, prefix, layers, verbatim, cap_until, previous_end=previous_end,
@@ -287,6 +408,7 @@ class Assembler:
                 f"over the window of {pol.window}, even with tool results trimmed; compact the context "
                 "or raise the window"
             )
+        assembled.request_fields = self.compactor.request_fields(event)
         return assembled
 
     def _step(self, s: int, cap_until: int, compress: bool = False, hard_cap: bool = False) -> list[Message]:
@@ -327,7 +449,8 @@ class Assembler:
         """Layers 2-4, memoised: with hysteresis they change only every B steps."""
         # The current round's opening message may be the last view message, which a
         # following user message can still merge into: its identity is part of the key.
-        key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), id(self.history.view[starts[-1]]), n_batches, managed)
+        opening = id(self.history.view[starts[-1]])
+        key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), opening, n_batches, managed)
         if key != self._prefix_key or self._prefix is None:
             view = self.history.view
             layers = {"summary": sum(m.tokens for m in head), "earlier_rounds": 0, "compressed": 0, "kept_batches": 0}
@@ -359,7 +482,10 @@ class Assembler:
             self._prefix_key, self._prefix = key, (msgs, layers, previous_end, n_compressed)
         return self._prefix
 
-    def _build(self, prefix, layers, verbatim, cap_until, *, previous_end: int, n_compressed: int, n_kept: int, n_trim: int, managed: bool, hard_cap: bool = False) -> Assembled:
+    def _build(
+        self, prefix, layers, verbatim, cap_until, *, previous_end: int, n_compressed: int, n_kept: int,
+        n_trim: int, managed: bool, hard_cap: bool = False,
+    ) -> Assembled:
         out = list(prefix)
         stable_end = len(out) - 1
         layers = {"system_and_tools": self.static.tokens, **layers, "verbatim": 0}

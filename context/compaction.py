@@ -1,10 +1,11 @@
-"""Compaction (SPEC §5), pure: the model call is injected as a callable.
+"""The ``summary`` compactor, pure: the model call is injected as a callable.
 
 A compaction asks the agent's own model to summarise the current context as
-JSON, validates the summary against the role's schema (one retry with the
-error, then a deterministic fallback), and returns a `CompactionEvent` saying
-which view range the summary stands for. The log is never touched; the next
-assembly reads the event.
+JSON, validates the summary against the schema the agent passes in (one retry
+with the error, then a deterministic fallback), and returns a `CompactionEvent`
+naming the log messages the summary stands for. The log is never touched; the
+next assembly reads the event. The schemas of baton's roles are in
+``context.summary_schemas``; this module defines what a schema must provide.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import re
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal
+from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -23,97 +24,14 @@ from context.history import History
 from context.messages import Message, TextBlock, Usage
 from context.redaction import redact_value
 
-Role = Literal["init", "execute"]
 SUMMARY_TAG = re.compile(r"<compact_summary>(.*?)</compact_summary>", re.DOTALL)
+RETRY = (
+    "That summary was not usable: {error}. "
+    "Reply with the corrected JSON inside <compact_summary>…</compact_summary>."
+)
 
 
-# ---- the role schemas (SPEC §5) ---------------------------------------------------
-
-
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class DesignSummary(_Open):
-    unified_scenario_design: str
-    business_rules_key_points: list[str]
-    format_specifications: str | dict[str, Any]
-
-
-class FeedbackSummary(_Open):
-    execution_output_dir: str | None
-    total_failure_samples: int
-    layer1_problems_summary: list[str]
-
-
-class InitSummary(_Open):
-    current_design_summary: DesignSummary
-    execute_feedback_summary: FeedbackSummary
-    analysis_conclusions: list[str]
-    pending_actions: list[str]
-    key_paths: dict[str, Any]
-
-
-class GeneratedComponents(_Open):
-    tools: list[str]
-    checkers: list[str]
-    samples: int | list[str] | str
-
-
-class EvaluationProgress(_Open):
-    current_iteration: int
-    success_rate: float | None
-    layer_status: dict[str, Any] | str
-
-
-class IdentifiedIssues(_Open):
-    layer2_problems: list[str]
-    layer3_problems: list[str]
-    fix_attempts: list[str]
-
-
-class ExecuteKeyPaths(_Open):
-    execution_output_dir: str | None
-
-
-class ExecuteSummary(_Open):
-    generated_components: GeneratedComponents
-    evaluation_progress: EvaluationProgress
-    identified_issues: IdentifiedIssues
-    pending_work: list[str]
-    key_paths: ExecuteKeyPaths
-
-
-SCHEMAS: dict[str, type[BaseModel]] = {"init": InitSummary, "execute": ExecuteSummary}
-
-
-class SummaryError(ValueError):
-    """The model's summary is unusable; the message says what to fix."""
-
-
-def parse_summary(text: str, role: Role) -> dict[str, Any]:
-    """Extract and validate the JSON inside <compact_summary>…</compact_summary>."""
-    match = SUMMARY_TAG.search(text or "")
-    if not match:
-        raise SummaryError("no <compact_summary>…</compact_summary> block found; put the JSON summary inside that tag")
-    raw = match.group(1).strip()
-    if raw.startswith("```"):  # tolerate a fenced block inside the tag
-        raw = raw.strip("`").removeprefix("json").strip()
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise SummaryError(f"the summary is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    if not isinstance(data, dict):
-        raise SummaryError("the summary must be a JSON object with the required keys")
-    try:
-        SCHEMAS[role].model_validate(data)
-    except ValidationError as exc:
-        issues = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:8])
-        raise SummaryError(f"the summary does not match the {role} schema: {issues}") from None
-    return data
-
-
-# ---- the deterministic fallback --------------------------------------------------
+# ---- what a summary schema provides ------------------------------------------------
 
 
 class KnownFacts(BaseModel):
@@ -127,12 +45,81 @@ class KnownFacts(BaseModel):
     key_paths: dict[str, Any] = Field(default_factory=dict)
 
 
+class FallbackEvidence(BaseModel):
+    """What a schema's fallback summary is built from: the facts and what the context shows."""
+
+    facts: KnownFacts
+    written: list[str]  # files the agent wrote or edited, in order of first write
+    todos: list[str]  # its open todo items
+    last_text: str  # the last thing it said
+    key_paths: dict[str, Any]  # carried forward from the previous summary, with the facts' and the archive's
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return self.facts.last_report or {}
+
+
+class SummarySchema(BaseModel):
+    """A role's summary, as the compactor needs it.
+
+    The model validates the summary (extra keys allowed), `label` names the
+    schema in error messages, and `fallback` builds a summary of this shape
+    without the model. Every schema has a `key_paths` field: it is carried
+    forward from one summary to the next, so a later summary cannot lose a path.
+    """
+
+    model_config = ConfigDict(extra="allow")
+    label: ClassVar[str]
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "key_paths" not in cls.model_fields:
+            raise TypeError(f"summary schema {cls.__name__} needs a key_paths field: it is carried forward")
+
+    @classmethod
+    def fallback(cls, evidence: FallbackEvidence) -> dict[str, Any]:
+        """The summary of this shape built from `evidence` alone."""
+        raise NotImplementedError(f"summary schema {cls.__name__} has no fallback")
+
+
+class SummaryError(ValueError):
+    """The model's summary is unusable; the message says what to fix."""
+
+
+def parse_summary(text: str, schema: type[SummarySchema]) -> dict[str, Any]:
+    """Extract and validate the JSON inside <compact_summary>…</compact_summary>."""
+    match = SUMMARY_TAG.search(text or "")
+    if not match:
+        raise SummaryError("no <compact_summary>…</compact_summary> block found; put the JSON summary inside that tag")
+    raw = match.group(1).strip()
+    if raw.startswith("```"):  # tolerate a fenced block inside the tag
+        raw = raw.strip("`").removeprefix("json").strip()
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        where = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        raise SummaryError(f"the summary is not valid JSON ({where})") from None
+    if not isinstance(data, dict):
+        raise SummaryError("the summary must be a JSON object with the required keys")
+    try:
+        schema.model_validate(data)
+    except ValidationError as exc:
+        issues = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:8])
+        raise SummaryError(f"the summary does not match the {schema.label} schema: {issues}") from None
+    return data
+
+
+# ---- the deterministic fallback --------------------------------------------------
+
+
 def _written_files(history: History, end: int) -> list[str]:
     paths: dict[str, None] = {}
     for msg in history.view[:end]:
         for use in msg.tool_uses:
-            if use.name in ("Write", "Edit", "MultiEdit") and isinstance(use.input.get("file_path") or use.input.get("path"), str):
-                paths[use.input.get("file_path") or use.input.get("path")] = None
+            path = use.input.get("file_path") or use.input.get("path")
+            if use.name in ("Write", "Edit", "MultiEdit") and isinstance(path, str):
+                paths[path] = None
     return list(paths)
 
 
@@ -141,7 +128,8 @@ def _open_todos(history: History, end: int) -> list[str]:
         for use in reversed(msg.tool_uses):
             if use.name == "TodoWrite":
                 todos = use.input.get("todos") or []
-                return [str(t.get("content", t)) for t in todos if isinstance(t, dict) and t.get("status") != "completed"]
+                return [str(t.get("content", t)) for t in todos
+                        if isinstance(t, dict) and t.get("status") != "completed"]
     return []
 
 
@@ -170,54 +158,24 @@ def _recent_results(history: History, agent: str, end: int, limit: int = 20) -> 
     return refs
 
 
-def fallback_summary(role: Role, history: History, end: int, facts: KnownFacts, agent: str, previous: dict | None) -> dict[str, Any]:
-    """The role's summary built from what baton knows, marked `"fallback": true`."""
+def fallback_summary(
+    schema: type[SummarySchema], history: History, end: int, facts: KnownFacts, agent: str, previous: dict | None
+) -> dict[str, Any]:
+    """The schema's summary of view[:end] built from what baton knows, marked `"fallback": true`."""
     written = _written_files(history, end)
-    todos = _open_todos(history, end)
     last_text = _last_assistant_text(history, end)
-    report = facts.last_report or {}
     key_paths = {**(previous or {}).get("key_paths", {}), **facts.key_paths}
     key_paths.setdefault("tool_results_archive", f"state/{agent}/tool_results/")
-    recent = _recent_results(history, agent, end)
-    if role == "init":
-        summary: dict[str, Any] = {
-            "current_design_summary": {
-                "unified_scenario_design": last_text,
-                "business_rules_key_points": [],
-                "format_specifications": "",
-            },
-            "execute_feedback_summary": {
-                "execution_output_dir": facts.execution_output_dir,
-                "total_failure_samples": int(report.get("failed", 0) or 0),
-                "layer1_problems_summary": list(report.get("layer1_problems_summary", []))[:20],
-            },
-            "analysis_conclusions": [],
-            "pending_actions": todos,
-            "key_paths": {**key_paths, "design_files": facts.design_files or written},
-        }
-    else:
-        summary = {
-            "generated_components": {
-                "tools": [p for p in written if "/tools/" in p],
-                "checkers": [p for p in written if "/checkers/" in p],
-                "samples": len([p for p in written if "/samples/" in p]),
-            },
-            "evaluation_progress": {
-                "current_iteration": facts.iteration,
-                "success_rate": report.get("success_rate"),
-                "layer_status": report.get("failures_per_layer", {}),
-            },
-            "identified_issues": {"layer2_problems": [], "layer3_problems": [], "fix_attempts": []},
-            "pending_work": todos,
-            "key_paths": {**key_paths, "execution_output_dir": facts.execution_output_dir or key_paths.get("execution_output_dir")},
-        }
+    evidence = FallbackEvidence(facts=facts, written=written, todos=_open_todos(history, end), last_text=last_text,
+                                key_paths=key_paths)
+    summary = schema.fallback(evidence)
     summary.update(
         fallback=True,
         scenario=facts.scenario,
         iteration=facts.iteration,
         files_written=written,
         last_assistant_text=last_text,
-        recent_tool_results=recent,
+        recent_tool_results=_recent_results(history, agent, end),
     )
     return summary
 
@@ -241,7 +199,8 @@ class CircuitBreaker(BaseModel):
     @property
     def status(self) -> str:
         if self.open:
-            return f"summaries by the model are off for this session after {self.consecutive_failures} failures in a row; using the fallback"
+            return (f"summaries by the model are off for this session after {self.consecutive_failures} "
+                    "failures in a row; using the fallback")
         return "ok"
 
 
@@ -265,9 +224,28 @@ def summary_request(assembled: Assembled, prompt: str) -> list[Message]:
     return msgs
 
 
+def _ask_model(
+    request: list[Message], schema: type[SummarySchema], call: SummaryCall, timeout_s: float
+) -> tuple[dict[str, Any] | None, Usage | None, str | None]:
+    """(summary or None, usage of the last reply, the last error): the first answer, then one retry with the error."""
+    summary, usage, error = None, None, None
+    for _attempt in range(2):
+        try:
+            reply = call(request, timeout_s)
+            usage = reply.usage
+            return parse_summary(reply.text, schema), usage, error
+        except SummaryError as exc:
+            error = str(exc)
+            request = [*request, Message(role="assistant", content=[TextBlock(text=reply.text or "(empty)")]),
+                       Message(role="user", content=[TextBlock(text=RETRY.format(error=exc))])]
+        except Exception as exc:  # model unavailable, timeout: fall back at once
+            return None, usage, f"{type(exc).__name__}: {exc}"
+    return summary, usage, error
+
+
 def compact(
     *,
-    role: Role,
+    schema: type[SummarySchema],
     assembler: Assembler,
     previous: CompactionEvent | None,
     prompt: str,
@@ -277,7 +255,7 @@ def compact(
     timeout_s: float = 120.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> CompactionEvent:
-    """Summarise the current context and return the compaction event.
+    """Summarise the current context as `schema` says and return the compaction event.
 
     The summary request is the current context (whose first layer is the
     previous summary, so knowledge carries forward) plus the compact prompt.
@@ -285,40 +263,27 @@ def compact(
     started = clock()
     history, agent = assembler.history, assembler.agent
     assembled = assembler.assemble(previous)
-    base = previous.kept_from if previous else 0
+    base = previous.in_view(history).kept_from if previous else 0
     keep = kept_from(history, base, assembler.policy.keep_last_steps)
-    request = summary_request(assembled, prompt)
     summary, usage, error = None, None, None
     if call is not None and not breaker.open:
-        for _attempt in range(2):  # the first answer, then one retry with the error
-            try:
-                reply = call(request, timeout_s)
-                usage = reply.usage
-                summary = parse_summary(reply.text, role)
-                break
-            except SummaryError as exc:
-                error = str(exc)
-                request = [*request, Message(role="assistant", content=[TextBlock(text=reply.text or "(empty)")]),
-                           Message(role="user", content=[TextBlock(text=f"That summary was not usable: {exc}. Reply with the corrected JSON inside <compact_summary>…</compact_summary>.")])]
-            except Exception as exc:  # model unavailable, timeout: fall back at once
-                error = f"{type(exc).__name__}: {exc}"
-                break
+        summary, usage, error = _ask_model(summary_request(assembled, prompt), schema, call, timeout_s)
         breaker.record(summary is not None)
     elif call is not None:
         error = breaker.status
     fallback = summary is None
-    if fallback:
-        summary = fallback_summary(role, history, keep, facts or KnownFacts(), agent, previous.summary if previous else None)
+    if summary is None:
+        summary = fallback_summary(schema, history, keep, facts or KnownFacts(), agent,
+                                   previous.summary if previous else None)
     elif previous:  # carry key paths forward: a later summary may forget one
         summary["key_paths"] = {**previous.summary.get("key_paths", {}), **summary.get("key_paths", {})}
-    summary = redact_value(summary)
     event = CompactionEvent(
         id=(previous.id + 1) if previous else 1,
-        covered_from=0,
-        kept_from=keep,
-        kept_until=len(history),
+        covered_from_seq=1,  # the summary stands for everything before the kept steps, earlier summaries included
+        kept_from_seq=history.seq_at(keep),
+        kept_until_seq=history.raw_count,
         prompt=prompt,
-        summary=summary,
+        summary=redact_value(summary),
         tokens_before=assembled.estimated_input,
         duration_s=round(clock() - started, 3),
         usage=usage,
@@ -327,3 +292,22 @@ def compact(
         at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     return event.model_copy(update={"tokens_after": assembler.assemble(event).estimated_input})
+
+
+class SummaryCompactor:
+    """Compaction by a summary of the agent's own model (the default, named ``summary`` in ``Policy``)."""
+
+    def should_compact(self, assembler: Assembler, assembled: Assembled, event: CompactionEvent | None) -> bool:
+        """Over the threshold, and a compaction would cover something new. When the kept
+        steps alone are over it, compacting again cannot help: assembly's emergency trim
+        keeps the request inside the window."""
+        policy, history = assembler.policy, assembler.history
+        base = event.in_view(history).kept_from if event else 0
+        return assembled.estimated_input > policy.threshold and kept_from(history, base, policy.keep_last_steps) > base
+
+    def compact(self, assembler: Assembler, previous: CompactionEvent | None, **inputs: Any) -> CompactionEvent:
+        """The event of a new compaction; `inputs` are `compact`'s other arguments (schema, prompt, call, ...)."""
+        return compact(assembler=assembler, previous=previous, **inputs)
+
+    def request_fields(self, event: CompactionEvent | None) -> dict[str, Any]:
+        return {}  # the summary is in the messages: nothing to add to the request

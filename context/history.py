@@ -5,6 +5,12 @@ a protocol-valid view (`context.protocol.Repairer`) and keeps, incrementally,
 what assembly needs: where each step and each round starts and running token
 sums. Appending costs O(size of the new message); nothing here re-reads or
 re-tokenises old messages.
+
+Log positions and view indices: the k-th message appended is log message k
+(numbered from 1, as the agent's log records are). Repair merges neighbours of
+the same role, drops messages that carry nothing and inserts synthetic ones, so
+view indices are not log positions; `view_index`, `seq_at` and `view_length`
+translate between the two for compaction events, which name log positions.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ class History:
         self.step_starts: list[int] = []  # view index of each step's assistant message
         self.round_starts: list[int] = []  # view index of each round's opening user message
         self._token_prefix: list[int] = [0]  # _token_prefix[i] = raw tokens of view[:i]
+        self._starts: list[int] = []  # per log message: the view index its content starts at
+        self._view_lengths: list[int] = []  # per log message: the view length once it was appended
         for msg in messages:
             self.append(msg)
 
@@ -46,16 +54,61 @@ class History:
         if self._redact:
             msg = redact_message(msg)  # secrets never enter the view, the requests or summaries
         view = self._fold.view
-        before = len(view)
+        before, last = len(view), (view[-1] if view else None)
         self._fold.push(msg)
         self.raw_count += 1
+        self._locate(before, last)
         self._reindex(max(0, before - 1))
 
     def close_pending(self) -> None:
         """Answer unanswered tool calls as interrupted (a crash left them open)."""
         before = len(self._fold.view)
         self._fold.close_pending()
+        if self._view_lengths:  # the closing answers the last log message's calls: it belongs to it
+            self._view_lengths[-1] = len(self._fold.view)
         self._reindex(max(0, before - 1))
+
+    def _locate(self, before: int, last: Message | None) -> None:
+        """Record where the log message just appended went, given the view's length and last message before it."""
+        view = self._fold.view
+        if before == 0:
+            start = 0  # the first message; a line repair puts before a leading assistant message belongs to it
+        elif len(view) > before:
+            start = len(view) - 1  # a new view message (an "interrupted" result put before it closes the step before)
+        elif view[-1] is not last:
+            start = before - 1  # merged into the last view message
+        else:
+            start = self._starts[-1]  # dropped (empty, or results that answer nothing): it added nothing
+        self._starts.append(start)
+        self._view_lengths.append(len(view))
+
+    # ---- log positions <-> view indices ------------------------------------------
+
+    def view_index(self, seq: int) -> int:
+        """The view index where log message `seq` starts (1-based, as log records are numbered)."""
+        self._check_seq(seq, first=1)
+        return self._starts[seq - 1]
+
+    def seq_at(self, index: int) -> int:
+        """The first log message that starts at view index `index`: the inverse of `view_index`.
+
+        Every view index a compaction can name (the view's start, a step's
+        assistant message, a round's opening user message) has one; a synthetic
+        "interrupted" result message has none and raises ValueError.
+        """
+        k = bisect_left(self._starts, index)
+        if k == len(self._starts) or self._starts[k] != index:
+            raise ValueError(f"no log message starts at view index {index} (the view has {len(self)} messages)")
+        return k + 1
+
+    def view_length(self, seq: int) -> int:
+        """The view's length once log messages 1..`seq` were appended (0 for none)."""
+        self._check_seq(seq, first=0)
+        return self._view_lengths[seq - 1] if seq else 0
+
+    def _check_seq(self, seq: int, first: int) -> None:
+        if not first <= seq <= self.raw_count:
+            raise ValueError(f"log message {seq} is not in this history of {self.raw_count} messages")
 
     def _reindex(self, start: int) -> None:
         """Refresh the index from view[start:]; only the tail can have changed."""

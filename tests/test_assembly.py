@@ -7,6 +7,7 @@ from context.compaction import CircuitBreaker, compact
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, assistant, user
 from context.protocol import validate
+from context.summary_schemas import ExecuteSummary, InitSummary
 from tests.logs import messy_log
 
 
@@ -138,7 +139,7 @@ def test_overflow_that_cannot_be_trimmed_raises_clearly():
 def test_compaction_rebuilds_a_valid_context_with_summary_first():
     h = run_log(12)
     asm = Assembler(h, policy(), agent="execute")
-    event = compact(role="execute", assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+    event = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
     a = asm.assemble(event)
     validate(a.messages)
     assert a.messages[0].text == "Summarise." and "<compact_summary>" in a.messages[1].text
@@ -150,7 +151,7 @@ def test_compaction_rebuilds_a_valid_context_with_summary_first():
 def test_kept_step_results_over_5000_chars_are_cut_after_compaction():
     h = run_log(8, result="y" * 9_000)
     asm = Assembler(h, policy(result_cap_chars=50_000))
-    event = compact(role="execute", assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+    event = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
     a = asm.assemble(event)
     kept = [b for m in a.messages[3:] for b in m.tool_results]
     assert kept and all(len(b.text) < 5_000 for b in kept)
@@ -178,11 +179,11 @@ def test_property_assembled_requests_are_valid_and_end_verbatim(log, pol, cut_po
         if h.pending_tool_ids or not h.view or h.view[-1].role != "user":
             continue
         if k in cut_points:
-            event = compact(role="execute", assembler=asm, previous=event, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+            event = compact(schema=ExecuteSummary, assembler=asm, previous=event, prompt="Summarise.", call=None, breaker=CircuitBreaker())
         a = asm.assemble(event)
         validate(a.messages)
         # the last N steps of the current round are the log's own messages, unchanged
-        base = event.kept_from if event else 0
+        base = event.in_view(h).kept_from if event else 0
         starts = [s for s in h.rounds_in(base)] or [base]
         steps = h.steps_in(max(starts[-1], base))
         n = min(pol.keep_last_steps, len(steps))
@@ -203,11 +204,11 @@ def test_property_repeated_compaction_output_is_valid_and_carries_key_paths(log,
         if h.pending_tool_ids or not h.view or h.view[-1].role != "user":
             continue
         prev = events[-1] if events else None
-        ev = compact(role="init", assembler=asm, previous=prev, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+        ev = compact(schema=InitSummary, assembler=asm, previous=prev, prompt="Summarise.", call=None, breaker=CircuitBreaker())
         validate(asm.assemble(ev).messages)
         assert ev.summary["key_paths"]["tool_results_archive"] == "state/init/tool_results/"
         if prev:
-            assert ev.kept_from >= prev.kept_from and ev.id == prev.id + 1
+            assert ev.in_view(h).kept_from >= prev.in_view(h).kept_from and ev.id == prev.id + 1
         events.append(ev)
 
 
@@ -265,7 +266,7 @@ def test_a_50_mb_tool_result_is_cut_in_the_request_and_kept_whole_in_the_log():
     sent = a.messages[-1].tool_results[0].text
     assert len(sent) < 50_000 and "state/execute/tool_results/big.txt" in sent
     assert h.view[-1].tool_results[0].text == huge  # the log keeps everything
-    event = compact(role="execute", assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+    event = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
     validate(asm.assemble(event).messages)
 
 
@@ -284,7 +285,7 @@ def test_no_compaction_when_it_would_cover_nothing_new():
         for m in step(i):
             h.append(m)
     assert asm.should_compact(asm.assemble(), None)  # now the long answer can be summarised away
-    ev = compact(role="execute", assembler=asm, previous=None, prompt="S", call=None, breaker=CircuitBreaker())
+    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="S", call=None, breaker=CircuitBreaker())
     after = asm.assemble(ev)
     assert after.estimated_input < 10_000 and not asm.should_compact(after, ev)
 

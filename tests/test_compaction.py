@@ -15,6 +15,7 @@ from context.compaction import (
 from context.history import History
 from context.messages import ToolUseBlock, Usage, assistant, user
 from context.protocol import validate
+from context.summary_schemas import ExecuteSummary, InitSummary
 from tests.test_assembly import run_log, step
 
 EXECUTE = {
@@ -38,8 +39,8 @@ def tagged(data) -> str:
 
 
 def test_parse_valid_summaries_for_both_roles():
-    assert parse_summary(tagged(EXECUTE), "execute")["pending_work"] == ["rerun"]
-    assert parse_summary(tagged(INIT), "init")["key_paths"]["design"] == "design/scenario.md"
+    assert parse_summary(tagged(EXECUTE), ExecuteSummary)["pending_work"] == ["rerun"]
+    assert parse_summary(tagged(INIT), InitSummary)["key_paths"]["design"] == "design/scenario.md"
 
 
 @pytest.mark.parametrize(
@@ -54,7 +55,7 @@ def test_parse_valid_summaries_for_both_roles():
 )
 def test_unusable_summaries_say_what_is_wrong(text, words):
     with pytest.raises(SummaryError, match=words):
-        parse_summary(text, "execute")
+        parse_summary(text, ExecuteSummary)
 
 
 def test_summary_request_appends_prompt_to_the_last_user_message():
@@ -78,7 +79,7 @@ def test_model_summary_used_and_retry_after_invalid_answer():
         return SummaryReply(text="oops" if len(seen) == 1 else tagged(EXECUTE), usage=Usage(input_tokens=10, output_tokens=5))
 
     breaker = CircuitBreaker()
-    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=call, breaker=breaker)
+    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=call, breaker=breaker)
     assert not ev.fallback and ev.summary["pending_work"] == ["rerun"]
     assert len(seen) == 2 and "not usable" in seen[1][-1].text  # the retry carried the error back
     assert ev.usage.output_tokens == 5 and breaker.consecutive_failures == 0
@@ -88,17 +89,17 @@ def test_model_summary_used_and_retry_after_invalid_answer():
 def test_fallback_after_two_invalid_answers_and_on_model_error():
     h, asm = make()
     breaker = CircuitBreaker()
-    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text="bad"), breaker=breaker,
+    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text="bad"), breaker=breaker,
                  facts=KnownFacts(scenario="refunds", iteration=2, execution_output_dir="execution_outputs/iteration_2"))
     assert ev.fallback and ev.summary["fallback"] is True and "no <compact_summary>" in ev.error
     assert ev.summary["key_paths"]["execution_output_dir"] == "execution_outputs/iteration_2"
     assert ev.summary["scenario"] == "refunds" and ev.summary["evaluation_progress"]["current_iteration"] == 2
-    parse_summary(tagged(ev.summary), "execute")  # the fallback satisfies the schema too
+    parse_summary(tagged(ev.summary), ExecuteSummary)  # the fallback satisfies the schema too
 
     def down(m, t):
         raise TimeoutError("no answer in 120 s")
 
-    ev2 = compact(role="execute", assembler=asm, previous=ev, prompt="P", call=down, breaker=breaker)
+    ev2 = compact(schema=ExecuteSummary, assembler=asm, previous=ev, prompt="P", call=down, breaker=breaker)
     assert ev2.fallback and "TimeoutError" in ev2.error and ev2.id == 2
 
 
@@ -112,7 +113,7 @@ def test_circuit_breaker_stops_calling_after_three_failures():
 
     ev = None
     for _ in range(5):
-        ev = compact(role="execute", assembler=asm, previous=ev, prompt="P", call=down, breaker=breaker)
+        ev = compact(schema=ExecuteSummary, assembler=asm, previous=ev, prompt="P", call=down, breaker=breaker)
     assert len(calls) == 3 and breaker.open and "off for this session" in breaker.status
     assert ev.fallback and "off for this session" in ev.error
 
@@ -128,7 +129,7 @@ def test_fallback_summary_collects_what_baton_knows():
         for m in step(i):
             h.append(m)
     asm = Assembler(h, Policy(keep_last_steps=2), agent="execute")
-    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=None, breaker=CircuitBreaker())
+    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=None, breaker=CircuitBreaker())
     s = ev.summary
     assert s["generated_components"]["tools"] == ["execution_outputs/iteration_1/tools/refunds.py"]
     assert s["pending_work"] == ["write checkers"]
@@ -138,11 +139,11 @@ def test_fallback_summary_collects_what_baton_knows():
 
 def test_key_paths_carry_forward_across_compactions():
     h, asm = make()
-    first = compact(role="init", assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text=tagged(INIT)), breaker=CircuitBreaker())
+    first = compact(schema=InitSummary, assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text=tagged(INIT)), breaker=CircuitBreaker())
     later = {**INIT, "key_paths": {"report": "execution_outputs/iteration_1/report.json"}}
     for m in step(50):
         h.append(m)
-    second = compact(role="init", assembler=asm, previous=first, prompt="P", call=lambda m, t: SummaryReply(text=tagged(later)), breaker=CircuitBreaker())
+    second = compact(schema=InitSummary, assembler=asm, previous=first, prompt="P", call=lambda m, t: SummaryReply(text=tagged(later)), breaker=CircuitBreaker())
     assert second.summary["key_paths"] == {"design": "design/scenario.md", "report": "execution_outputs/iteration_1/report.json"}
     # the second summary request started from the first summary
     assert "<compact_summary>" in asm.assemble(first).messages[1].text
@@ -151,15 +152,15 @@ def test_key_paths_carry_forward_across_compactions():
 def test_secrets_in_a_summary_are_redacted():
     h, asm = make()
     leaky = {**EXECUTE, "pending_work": ["use key sk-ant-api03-" + "a" * 40]}
-    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text=tagged(leaky)), breaker=CircuitBreaker())
+    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text=tagged(leaky)), breaker=CircuitBreaker())
     assert "sk-ant" not in json.dumps(ev.summary) and "<REDACTED>" in ev.summary["pending_work"][0]
 
 
 def test_event_records_range_tokens_and_duration():
     h, asm = make(keep=3)
     ticks = iter([10.0, 12.5])
-    ev = compact(role="execute", assembler=asm, previous=None, prompt="P", call=None, breaker=CircuitBreaker(), clock=lambda: next(ticks))
-    assert ev.kept_from == h.steps_in(0)[-3] and ev.kept_until == len(h)
+    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=None, breaker=CircuitBreaker(), clock=lambda: next(ticks))
+    assert ev.in_view(h).kept_from == h.steps_in(0)[-3] and ev.in_view(h).kept_until == len(h)
     assert ev.duration_s == 2.5 and ev.tokens_before > ev.tokens_after > 0
     again = type(ev).model_validate_json(ev.model_dump_json())
     assert again == ev

@@ -7,6 +7,7 @@ from context.assembly import Assembler, Policy, StaticPrefix
 from context.compaction import CircuitBreaker, compact
 from context.history import History
 from context.protocol import repair, validate
+from context.summary_schemas import ExecuteSummary
 from tests.logs import load_trajectories, trajectory_messages
 
 # Scaled far down (the runs hold 3k-170k tokens) so that even tau-bench runs compact.
@@ -31,7 +32,7 @@ def test_every_step_of_every_run_assembles_valid_requests(name):
             if msg.role == "assistant" and history.view and not history.pending_tool_ids:
                 request = assembler.assemble(event)
                 if assembler.should_compact(request, event):
-                    event = compact(role="execute", assembler=assembler, previous=event, prompt="Summarise.", call=None, breaker=breaker)
+                    event = compact(schema=ExecuteSummary, assembler=assembler, previous=event, prompt="Summarise.", call=None, breaker=breaker)
                     compactions += 1
                     request = assembler.assemble(event)
                 validate(request.messages)
