@@ -72,7 +72,11 @@ def message_stream(runs: list[dict[str, Any]], single_round: bool) -> Iterator[M
             if single_round:
                 for i in range(len(msgs) - 1):
                     a, u = msgs[i], msgs[i + 1]
-                    if a["role"] == "assistant" and u["role"] == "user" and any(b["type"] == "tool_use" for b in a["content"]):
+                    if (
+                        a["role"] == "assistant"
+                        and u["role"] == "user"
+                        and any(b["type"] == "tool_use" for b in a["content"])
+                    ):
                         ids = {b["id"] for b in a["content"] if b["type"] == "tool_use"}
                         answered = {b.get("tool_use_id") for b in u["content"] if b["type"] == "tool_result"}
                         if ids <= answered:
@@ -149,7 +153,9 @@ def measure(runs, single_round: bool, size: int, calls: int, recount_reps: int, 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="directory holding claude-code.jsonl.gz")
-    ap.add_argument("--out", type=Path, default=DEFAULT_DOC, help="markdown file; only its assembly-speed section is rewritten")
+    ap.add_argument(
+        "--out", type=Path, default=DEFAULT_DOC, help="markdown file; only its assembly-speed section is rewritten"
+    )
     ap.add_argument("--calls", type=int, default=50, help="timed assemble() calls per size")
     ap.add_argument("--recount", type=int, default=3, help="repetitions of the full re-count per size")
     args = ap.parse_args(argv)
@@ -163,13 +169,27 @@ def main(argv: list[str] | None = None) -> int:
         for size in SIZES:
             r = measure(runs, single, size, args.calls, args.recount, static)
             results.append(r)
-            print(f"{r['shape']:>12} {r['log_tokens']:>9,} tokens {r['messages']:>5} msgs (+{args.calls} steps): assemble median "
-                  f"{r['median_ms']:.3f} ms (p90 {r['p90_ms']:.2f}, max {r['max_ms']:.2f}, prefix rebuilt "
-                  f"{r['rebuilt']}/{r['calls']}), re-count {r['recount_ms']:.0f} ms, {r['speedup']:.0f}x", flush=True)
+            print(
+                f"{r['shape']:>12} {r['log_tokens']:>9,} tokens {r['messages']:>5} msgs (+{args.calls} steps): "
+                "assemble median "
+                f"{r['median_ms']:.3f} ms (p90 {r['p90_ms']:.2f}, max {r['max_ms']:.2f}, prefix rebuilt "
+                f"{r['rebuilt']}/{r['calls']}), re-count {r['recount_ms']:.0f} ms, {r['speedup']:.0f}x",
+                flush=True,
+            )
     elapsed = time.perf_counter() - started
 
-    header = ["log", "log tokens (start → end)", "messages (start → end)", "last request (msgs / tokens)", "assemble median ms", "p90 / max ms",
-              "prefix rebuilt", "append ms/step", "re-count ms", "speed-up"]
+    header = [
+        "log",
+        "log tokens (start → end)",
+        "messages (start → end)",
+        "last request (msgs / tokens)",
+        "assemble median ms",
+        "p90 / max ms",
+        "prefix rebuilt",
+        "append ms/step",
+        "re-count ms",
+        "speed-up",
+    ]
     rows = [[
         r["shape"], f"{r['log_tokens']:,} → {r['end_tokens']:,}", f"{r['messages']:,} → {r['end_messages']:,}",
         f"{r['request_msgs']:,} / {r['request_tokens']:,}",
@@ -190,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(targets)
 
-    cmd = "python bench/assembly_speed.py" + ("" if not sys.argv[1:] else " " + " ".join(argv if argv is not None else sys.argv[1:]))
+    cmd = "python bench/assembly_speed.py" + (
+        "" if not sys.argv[1:] else " " + " ".join(argv if argv is not None else sys.argv[1:])
+    )
     doc = [
         "## Assembly speed",
         "",
@@ -203,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         f"B={pol.batch}, start size {pol.start_tokens:,}). After one warm-up call, {args.calls} calls each append one "
         "new step and time `Assembler.assemble()` (the memoised prefix is rebuilt every B steps, counted under "
         "*prefix rebuilt*). *re-count* is what an engine without cached counts would do every step: "
-        f"`count_text` over every block of the log (median of {args.recount}). *speed-up* = re-count / assemble median. "
+        f"`count_text` over every block of the log (median of {args.recount}). "
+        "*speed-up* = re-count / assemble median. "
         "*append ms/step*: `History.append` of one step (tokenises only the new blocks, once). "
         "*re-count* is timed on the final log (the *end* size).",
         "",

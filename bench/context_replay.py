@@ -46,19 +46,29 @@ from typing import Any, Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    DEFAULT_DATA, DEFAULT_DOC, dataset_name, iter_runs, md_table,
-    trajectory_files, write_section,
+    DEFAULT_DATA,
+    DEFAULT_DOC,
+    dataset_name,
+    iter_runs,
+    md_table,
+    trajectory_files,
+    write_section,
 )
 
 from context.assembly import Assembler, CompactionEvent, Policy, StaticPrefix  # noqa: E402
 from context.compaction import CircuitBreaker, compact, summary_request  # noqa: E402
 from context.compression import archive_ref  # noqa: E402
 from context.history import History  # noqa: E402
+from context.messages import (  # noqa: E402
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    parse_message,
+)
 from context.protocol import problems  # noqa: E402
 from context.summary_schemas import ExecuteSummary  # noqa: E402
-from context.messages import (  # noqa: E402
-    Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, parse_message,
-)
 
 # ---------------------------------------------------------------------------- parameters
 
@@ -123,7 +133,9 @@ class PromptCache:
         self.static_blocks = (1 if static.system else 0) + len(static.tools)
         self.static_hash = hash(("static", static.system, json.dumps(static.tools, sort_keys=True)))
 
-    def charge(self, messages: list[Message], breakpoints: Iterable[int], *, store: bool = True) -> tuple[int, int, int, int]:
+    def charge(
+        self, messages: list[Message], breakpoints: Iterable[int], *, store: bool = True
+    ) -> tuple[int, int, int, int]:
         """(total, read, write, plain) input tokens of one request. With `store=False` nothing
         is written (a one-off request): everything not read is plain input."""
         h, tok, blk = self.static_hash, self.static_tokens, self.static_blocks
@@ -242,7 +254,9 @@ class MaskPolicy:
         self._cache: dict = {}
 
     def request(self):
-        msgs, last_masked = _placeholder_results(self.history.view, MASK_KEEP, lambda b: MASK_TEXT.format(n=_lines(b)), self._cache)
+        msgs, last_masked = _placeholder_results(
+            self.history.view, MASK_KEEP, lambda b: MASK_TEXT.format(n=_lines(b)), self._cache
+        )
         bps = [last_masked, len(msgs) - 1] if self.prefix_breakpoint and last_masked >= 0 else [len(msgs) - 1]
         return msgs, bps, []
 
@@ -266,8 +280,14 @@ class ClearPolicy:
 
 class BatonPolicy:
     def __init__(self, history: History, static: StaticPrefix, batch: int, start: int):
-        self.policy = Policy(window=WINDOW, threshold=THRESHOLD, keep_last_steps=KEEP_STEPS, batch=batch, start_tokens=start,
-                             payback_calls=PAYBACK)
+        self.policy = Policy(
+            window=WINDOW,
+            threshold=THRESHOLD,
+            keep_last_steps=KEEP_STEPS,
+            batch=batch,
+            start_tokens=start,
+            payback_calls=PAYBACK,
+        )
         self.assembler = Assembler(history, self.policy, agent=AGENT, static=static)
         self.event: CompactionEvent | None = None
         self.breaker = CircuitBreaker()
@@ -521,11 +541,22 @@ def policy_rows(agg, order: list[tuple[str, str]]):
         for key, label in order:
             a = agg[ds][key]
             all_in = a["read"] + a["write"] + a["plain"]
-            rows.append([
-                ds, label, int(a["calls"]), f"{a['input'] / max(a['calls'], 1):,.0f}", pct(a["read"], all_in),
-                f"{a['cost']:.2f}", f"{a['cost'] / base_a:.2f}", f"{a['cost'] / base_b:.2f}", int(a["compactions"]),
-                pct(a["visible"], a["needed"]), pct(a["reachable"], a["needed"]), pct(a["visible"] + a["reachable"], a["needed"]),
-            ])
+            rows.append(
+                [
+                    ds,
+                    label,
+                    int(a["calls"]),
+                    f"{a['input'] / max(a['calls'], 1):,.0f}",
+                    pct(a["read"], all_in),
+                    f"{a['cost']:.2f}",
+                    f"{a['cost'] / base_a:.2f}",
+                    f"{a['cost'] / base_b:.2f}",
+                    int(a["compactions"]),
+                    pct(a["visible"], a["needed"]),
+                    pct(a["reachable"], a["needed"]),
+                    pct(a["visible"] + a["reachable"], a["needed"]),
+                ]
+            )
     return header, rows
 
 
@@ -541,10 +572,14 @@ def target_rows(agg, default_key: str, baton_keys: list[tuple[str, str]]):
         d, a, b = agg[ds][default_key], agg[ds]["none"], agg[ds]["mask"]
         if ds in TARGETS_A:
             r = d["cost"] / a["cost"]
-            rows.append([ds, f"(d) cost ≤ {TARGETS_A[ds]:.2f}x (a)", f"{r:.2f}x", "met" if r <= TARGETS_A[ds] else "**missed**"])
+            rows.append(
+                [ds, f"(d) cost ≤ {TARGETS_A[ds]:.2f}x (a)", f"{r:.2f}x", "met" if r <= TARGETS_A[ds] else "**missed**"]
+            )
         if ds in TARGETS_B:
             r = d["cost"] / b["cost"]
-            rows.append([ds, f"(d) cost ≤ {TARGETS_B[ds]:.2f}x (b)", f"{r:.2f}x", "met" if r <= TARGETS_B[ds] else "**missed**"])
+            rows.append(
+                [ds, f"(d) cost ≤ {TARGETS_B[ds]:.2f}x (b)", f"{r:.2f}x", "met" if r <= TARGETS_B[ds] else "**missed**"]
+            )
         for key, label in baton_keys:
             x = agg[ds][key]
             rec = 100 * (x["visible"] + x["reachable"]) / x["needed"] if x["needed"] else 100.0
@@ -595,8 +630,13 @@ def lookback_rows(agg, unl, start: int, lookback: int):
     rows = []
     for ds in sorted(agg):
         a = agg[ds]["none"]["cost"]
-        rows.append([ds] + [f"{agg[ds][baton_key(b, start)]['cost'] / a:.3f} / {unl[ds][baton_key(b, start)]['cost'] / a:.3f}"
-                            for b in E_BATCHES])
+        rows.append(
+            [ds]
+            + [
+                f"{agg[ds][baton_key(b, start)]['cost'] / a:.3f} / {unl[ds][baton_key(b, start)]['cost'] / a:.3f}"
+                for b in E_BATCHES
+            ]
+        )
     return header, rows
 
 
@@ -656,14 +696,30 @@ def chart(dataset: str, run: dict[str, Any], order: list[tuple[str, str]], defau
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="directory of *.jsonl.gz trajectories")
-    ap.add_argument("--out", type=Path, default=DEFAULT_DOC, help="markdown file; only its context-replay section is rewritten")
-    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"B of the default baton policy (d) (Policy default {DEFAULT_BATCH})")
-    ap.add_argument("--start", type=int, default=DEFAULT_START, help=f"start size S of (d) and (e) (Policy default {DEFAULT_START})")
-    ap.add_argument("--payback", type=int, default=PAYBACK, help="payback_calls of every baton policy (default: the Policy default)")
+    ap.add_argument(
+        "--out", type=Path, default=DEFAULT_DOC, help="markdown file; only its context-replay section is rewritten"
+    )
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=DEFAULT_BATCH,
+        help=f"B of the default baton policy (d) (Policy default {DEFAULT_BATCH})",
+    )
+    ap.add_argument(
+        "--start", type=int, default=DEFAULT_START, help=f"start size S of (d) and (e) (Policy default {DEFAULT_START})"
+    )
+    ap.add_argument(
+        "--payback", type=int, default=PAYBACK, help="payback_calls of every baton policy (default: the Policy default)"
+    )
     ap.add_argument("--sweep", action="store_true", help="also sweep S x B and report cost ratios")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many runs per data set (0 = all)")
-    ap.add_argument("--lookback", type=int, default=LOOKBACK_BLOCKS, help="cache lookback in content blocks (diagnostic; Anthropic: 20)")
+    ap.add_argument(
+        "--lookback",
+        type=int,
+        default=LOOKBACK_BLOCKS,
+        help="cache lookback in content blocks (diagnostic; Anthropic: 20)",
+    )
     args = ap.parse_args(argv)
     globals()["PAYBACK"] = args.payback  # read by BatonPolicy in the worker processes (fork)
     started = time.perf_counter()
@@ -718,7 +774,9 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(best)
         if lookback_agg is not None:
-            lookback = md_table(*lookback_rows(agg, lookback_agg, args.start, args.lookback), "l" + "r" * len(E_BATCHES))
+            lookback = md_table(
+                *lookback_rows(agg, lookback_agg, args.start, args.lookback), "l" + "r" * len(E_BATCHES)
+            )
             print()
             print(lookback)
 
@@ -733,7 +791,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(results)} runs, {sum(r['calls'] for r in results)} calls, {len(configs)} baton configurations, "
           f"{elapsed:.0f} s on {args.jobs} process(es)")
 
-    command = "python bench/context_replay.py" + ("" if not sys.argv[1:] else " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
+    command = "python bench/context_replay.py" + (
+        "" if not sys.argv[1:] else " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    )
     doc = [
         "## Context replay",
         "",

@@ -278,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the result dict as JSON")
     ap.add_argument("--worst", type=int, default=0, metavar="N",
                     help="also list the N pairs with the largest calibrated total error")
-    ap.add_argument("--out", default=None, help="also write the table as the token-estimate section of this markdown file")
+    ap.add_argument("--out", default=None,
+                    help="also write the table as the token-estimate section of this markdown file")
     args = ap.parse_args(argv)
     result = measure(args.data, worst=max(args.worst, 15))
     table = format_table(result, worst=args.worst)
@@ -290,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         body = "\n".join([
             "## Token estimate error",
             "",
-            f"Command: `python bench/token_estimate.py --out {args.out}`. On the Claude Code runs (real `usage` per call), "
+            f"Command: `python bench/token_estimate.py --out {args.out}`. "
+            "On the Claude Code runs (real `usage` per call), "
             "predict each call's total input from the previous call's real total plus the estimate of the messages "
             "added since (*total*), and the added span alone against the real delta (*span*); absolute relative "
             "error. The calibrated estimator learns online from earlier calls only.",

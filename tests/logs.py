@@ -33,7 +33,9 @@ def messy_log(draw, max_events: int = 40) -> list[Message]:
     msgs: list[Message] = []
     counter = 0
     for _ in range(draw(st.integers(1, max_events))):
-        kind = draw(st.sampled_from(["round", "step", "step", "step", "step", "orphan", "dup_user", "dup_assistant", "empty"]))
+        kind = draw(
+            st.sampled_from(["round", "step", "step", "step", "step", "orphan", "dup_user", "dup_assistant", "empty"])
+        )
         if kind == "round":
             msgs.append(Message(role="user", content=[TextBlock(text=draw(words))]))
         elif kind == "step":
@@ -42,13 +44,19 @@ def messy_log(draw, max_events: int = 40) -> list[Message]:
             for _ in range(n_calls):
                 counter += 1
                 name = draw(st.sampled_from(TOOLS))
-                uses.append(ToolUseBlock(id=f"toolu_{counter:05d}", name=name, input={"path": f"src/f{counter}.py", "command": "ls"}))
+                uses.append(
+                    ToolUseBlock(
+                        id=f"toolu_{counter:05d}", name=name, input={"path": f"src/f{counter}.py", "command": "ls"}
+                    )
+                )
             text = [TextBlock(text=draw(words))] if draw(st.booleans()) or not uses else []
             msgs.append(Message(role="assistant", content=text + uses))
             answered = [u for u in uses if draw(st.integers(0, 9)) > 0]  # ~10% interrupted
             if answered:
                 results = [
-                    ToolResultBlock(tool_use_id=u.id, content=draw(words) * draw(st.integers(1, 30)), is_error=draw(st.booleans()))
+                    ToolResultBlock(
+                        tool_use_id=u.id, content=draw(words) * draw(st.integers(1, 30)), is_error=draw(st.booleans())
+                    )
                     for u in answered
                 ]
                 if draw(st.booleans()):

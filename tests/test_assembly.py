@@ -35,7 +35,17 @@ def run_log(n_steps: int, result: str = "line\n" * 200, rounds: int = 1) -> Hist
 
 def policy(**kw) -> Policy:
     """The mechanism without the cost gates (start size, payback), unless a test sets them."""
-    return Policy(**{"window": 200_000, "threshold": 150_000, "keep_last_steps": 3, "batch": 1, "start_tokens": 0, "payback_calls": 0, **kw})
+    return Policy(
+        **{
+            "window": 200_000,
+            "threshold": 150_000,
+            "keep_last_steps": 3,
+            "batch": 1,
+            "start_tokens": 0,
+            "payback_calls": 0,
+            **kw,
+        }
+    )
 
 
 def test_policy_rejects_threshold_above_window():
@@ -52,7 +62,9 @@ def test_single_round_compresses_all_but_last_n():
     assert (a.compressed_steps, a.verbatim_steps) == (7, 3)
     assert a.messages[-6:] == h.view[-6:]  # last 3 steps, same objects
     old = a.messages[2].tool_results[0]
-    assert "state/execute/tool_results/toolu_0001.txt" in old.text and len(old.text) < len(h.view[2].tool_results[0].text)
+    assert "state/execute/tool_results/toolu_0001.txt" in old.text and len(old.text) < len(
+        h.view[2].tool_results[0].text
+    )
     assert a.messages[1] is h.view[1]  # assistant text and tool calls kept
 
 
@@ -104,9 +116,13 @@ def test_start_size_keeps_everything_verbatim_below_it():
 
 def test_breakpoints_mark_stable_prefix_and_last_message():
     h = run_log(10)
-    a = Assembler(h, policy(), static=StaticPrefix(system="sys", tools=[{"name": "Bash", "input_schema": {}}])).assemble()
+    a = Assembler(
+        h, policy(), static=StaticPrefix(system="sys", tools=[{"name": "Bash", "input_schema": {}}])
+    ).assemble()
     assert a.breakpoints[-1] == len(a.messages) - 1
-    req = a.to_request(StaticPrefix(system="sys", tools=[{"name": "Bash", "input_schema": {}}]), model="m", max_tokens=100)
+    req = a.to_request(
+        StaticPrefix(system="sys", tools=[{"name": "Bash", "input_schema": {}}]), model="m", max_tokens=100
+    )
     marked = [i for i, m in enumerate(req["messages"]) if "cache_control" in m["content"][-1]]
     assert marked == a.breakpoints
     assert req["system"][0]["cache_control"] and "cache_control" not in req["tools"][-1]
@@ -139,7 +155,9 @@ def test_overflow_that_cannot_be_trimmed_raises_clearly():
 def test_compaction_rebuilds_a_valid_context_with_summary_first():
     h = run_log(12)
     asm = Assembler(h, policy(), agent="execute")
-    event = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+    event = compact(
+        schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker()
+    )
     a = asm.assemble(event)
     validate(a.messages)
     assert a.messages[0].text == "Summarise." and "<compact_summary>" in a.messages[1].text
@@ -151,7 +169,9 @@ def test_compaction_rebuilds_a_valid_context_with_summary_first():
 def test_kept_step_results_over_5000_chars_are_cut_after_compaction():
     h = run_log(8, result="y" * 9_000)
     asm = Assembler(h, policy(result_cap_chars=50_000))
-    event = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+    event = compact(
+        schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker()
+    )
     a = asm.assemble(event)
     kept = [b for m in a.messages[3:] for b in m.tool_results]
     assert kept and all(len(b.text) < 5_000 for b in kept)
@@ -179,7 +199,14 @@ def test_property_assembled_requests_are_valid_and_end_verbatim(log, pol, cut_po
         if h.pending_tool_ids or not h.view or h.view[-1].role != "user":
             continue
         if k in cut_points:
-            event = compact(schema=ExecuteSummary, assembler=asm, previous=event, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+            event = compact(
+                schema=ExecuteSummary,
+                assembler=asm,
+                previous=event,
+                prompt="Summarise.",
+                call=None,
+                breaker=CircuitBreaker(),
+            )
         a = asm.assemble(event)
         validate(a.messages)
         # the last N steps of the current round are the log's own messages, unchanged
@@ -204,7 +231,9 @@ def test_property_repeated_compaction_output_is_valid_and_carries_key_paths(log,
         if h.pending_tool_ids or not h.view or h.view[-1].role != "user":
             continue
         prev = events[-1] if events else None
-        ev = compact(schema=InitSummary, assembler=asm, previous=prev, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+        ev = compact(
+            schema=InitSummary, assembler=asm, previous=prev, prompt="Summarise.", call=None, breaker=CircuitBreaker()
+        )
         validate(asm.assemble(ev).messages)
         assert ev.summary["key_paths"]["tool_results_archive"] == "state/init/tool_results/"
         if prev:
@@ -242,11 +271,15 @@ def test_messages_from_odd_tool_results():
     h.append(assistant(ToolUseBlock(id="t1", name="Read", input={"file_path": "a.bin"})))
     h.append(Message(role="user", content=[ToolResultBlock(tool_use_id="t1", content=b"\xff\xfe\x00binary")]))
     h.append(assistant(ToolUseBlock(id="t2", name="lookup", input={})))
-    h.append(Message(role="user", content=[ToolResultBlock(tool_use_id="t2", content={"status": "ok", "data": [1, 2]})]))
+    h.append(
+        Message(role="user", content=[ToolResultBlock(tool_use_id="t2", content={"status": "ok", "data": [1, 2]})])
+    )
     a = Assembler(h, policy(keep_last_steps=1)).assemble()
     validate(a.messages)
     assert isinstance(a.messages[-1].tool_results[0].content, str)
-    TextBlock(text=a.to_request(StaticPrefix(), model="m", max_tokens=10)["messages"][2]["content"][0]["content"]).text.encode()
+    TextBlock(
+        text=a.to_request(StaticPrefix(), model="m", max_tokens=10)["messages"][2]["content"][0]["content"]
+    ).text.encode()
 
 
 def test_empty_log_gives_a_clear_error():
@@ -266,7 +299,9 @@ def test_a_50_mb_tool_result_is_cut_in_the_request_and_kept_whole_in_the_log():
     sent = a.messages[-1].tool_results[0].text
     assert len(sent) < 50_000 and "state/execute/tool_results/big.txt" in sent
     assert h.view[-1].tool_results[0].text == huge  # the log keeps everything
-    event = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker())
+    event = compact(
+        schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None, breaker=CircuitBreaker()
+    )
     validate(asm.assemble(event).messages)
 
 
@@ -313,7 +348,9 @@ def test_breakpoints_include_the_previous_batch_end():
     prev, stable, last = a.breakpoints
     assert stable - prev == 10 and last == len(a.messages) - 1
     req = a.to_request(StaticPrefix(system="s", tools=[{"name": "t"}]), model="m", max_tokens=1)
-    marks = sum("cache_control" in m["content"][-1] for m in req["messages"]) + 1 + ("cache_control" in req["tools"][-1])
+    marks = (
+        sum("cache_control" in m["content"][-1] for m in req["messages"]) + 1 + ("cache_control" in req["tools"][-1])
+    )
     assert marks <= 4
 
 

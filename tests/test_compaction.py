@@ -26,8 +26,16 @@ EXECUTE = {
     "key_paths": {"execution_output_dir": "execution_outputs/iteration_1"},
 }
 INIT = {
-    "current_design_summary": {"unified_scenario_design": "d", "business_rules_key_points": ["r"], "format_specifications": "f"},
-    "execute_feedback_summary": {"execution_output_dir": None, "total_failure_samples": 0, "layer1_problems_summary": []},
+    "current_design_summary": {
+        "unified_scenario_design": "d",
+        "business_rules_key_points": ["r"],
+        "format_specifications": "f",
+    },
+    "execute_feedback_summary": {
+        "execution_output_dir": None,
+        "total_failure_samples": 0,
+        "layer1_problems_summary": [],
+    },
     "analysis_conclusions": [],
     "pending_actions": [],
     "key_paths": {"design": "design/scenario.md"},
@@ -50,7 +58,12 @@ def test_parse_valid_summaries_for_both_roles():
         ("<compact_summary>{not json</compact_summary>", "not valid JSON"),
         ("<compact_summary>[1, 2]</compact_summary>", "JSON object"),
         (tagged({k: v for k, v in EXECUTE.items() if k != "pending_work"}), "pending_work"),
-        (tagged({**EXECUTE, "evaluation_progress": {"current_iteration": "one", "success_rate": 1, "layer_status": {}}}), "current_iteration"),
+        (
+            tagged(
+                {**EXECUTE, "evaluation_progress": {"current_iteration": "one", "success_rate": 1, "layer_status": {}}}
+            ),
+            "current_iteration",
+        ),
     ],
 )
 def test_unusable_summaries_say_what_is_wrong(text, words):
@@ -76,7 +89,9 @@ def test_model_summary_used_and_retry_after_invalid_answer():
 
     def call(messages, timeout):
         seen.append(messages)
-        return SummaryReply(text="oops" if len(seen) == 1 else tagged(EXECUTE), usage=Usage(input_tokens=10, output_tokens=5))
+        return SummaryReply(
+            text="oops" if len(seen) == 1 else tagged(EXECUTE), usage=Usage(input_tokens=10, output_tokens=5)
+        )
 
     breaker = CircuitBreaker()
     ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=call, breaker=breaker)
@@ -89,8 +104,15 @@ def test_model_summary_used_and_retry_after_invalid_answer():
 def test_fallback_after_two_invalid_answers_and_on_model_error():
     h, asm = make()
     breaker = CircuitBreaker()
-    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text="bad"), breaker=breaker,
-                 facts=KnownFacts(scenario="refunds", iteration=2, execution_output_dir="execution_outputs/iteration_2"))
+    ev = compact(
+        schema=ExecuteSummary,
+        assembler=asm,
+        previous=None,
+        prompt="P",
+        call=lambda m, t: SummaryReply(text="bad"),
+        breaker=breaker,
+        facts=KnownFacts(scenario="refunds", iteration=2, execution_output_dir="execution_outputs/iteration_2"),
+    )
     assert ev.fallback and ev.summary["fallback"] is True and "no <compact_summary>" in ev.error
     assert ev.summary["key_paths"]["execution_output_dir"] == "execution_outputs/iteration_2"
     assert ev.summary["scenario"] == "refunds" and ev.summary["evaluation_progress"]["current_iteration"] == 2
@@ -121,9 +143,31 @@ def test_circuit_breaker_stops_calling_after_three_failures():
 def test_fallback_summary_collects_what_baton_knows():
     h = History(redact=False)
     h.append(user("build it"))
-    h.append(assistant(ToolUseBlock(id="w1", name="Write", input={"file_path": "execution_outputs/iteration_1/tools/refunds.py", "content": "x"})))
+    h.append(
+        assistant(
+            ToolUseBlock(
+                id="w1",
+                name="Write",
+                input={"file_path": "execution_outputs/iteration_1/tools/refunds.py", "content": "x"},
+            )
+        )
+    )
     h.append(user(step(0)[1].content[0].model_copy(update={"tool_use_id": "w1"})))
-    h.append(assistant("Wrote the tools.", ToolUseBlock(id="t1", name="TodoWrite", input={"todos": [{"content": "write checkers", "status": "pending"}, {"content": "tools", "status": "completed"}]})))
+    h.append(
+        assistant(
+            "Wrote the tools.",
+            ToolUseBlock(
+                id="t1",
+                name="TodoWrite",
+                input={
+                    "todos": [
+                        {"content": "write checkers", "status": "pending"},
+                        {"content": "tools", "status": "completed"},
+                    ]
+                },
+            ),
+        )
+    )
     h.append(user(step(0)[1].content[0].model_copy(update={"tool_use_id": "t1"})))
     for i in range(1, 4):
         for m in step(i):
@@ -139,12 +183,29 @@ def test_fallback_summary_collects_what_baton_knows():
 
 def test_key_paths_carry_forward_across_compactions():
     h, asm = make()
-    first = compact(schema=InitSummary, assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text=tagged(INIT)), breaker=CircuitBreaker())
+    first = compact(
+        schema=InitSummary,
+        assembler=asm,
+        previous=None,
+        prompt="P",
+        call=lambda m, t: SummaryReply(text=tagged(INIT)),
+        breaker=CircuitBreaker(),
+    )
     later = {**INIT, "key_paths": {"report": "execution_outputs/iteration_1/report.json"}}
     for m in step(50):
         h.append(m)
-    second = compact(schema=InitSummary, assembler=asm, previous=first, prompt="P", call=lambda m, t: SummaryReply(text=tagged(later)), breaker=CircuitBreaker())
-    assert second.summary["key_paths"] == {"design": "design/scenario.md", "report": "execution_outputs/iteration_1/report.json"}
+    second = compact(
+        schema=InitSummary,
+        assembler=asm,
+        previous=first,
+        prompt="P",
+        call=lambda m, t: SummaryReply(text=tagged(later)),
+        breaker=CircuitBreaker(),
+    )
+    assert second.summary["key_paths"] == {
+        "design": "design/scenario.md",
+        "report": "execution_outputs/iteration_1/report.json",
+    }
     # the second summary request started from the first summary
     assert "<compact_summary>" in asm.assemble(first).messages[1].text
 
@@ -152,14 +213,29 @@ def test_key_paths_carry_forward_across_compactions():
 def test_secrets_in_a_summary_are_redacted():
     h, asm = make()
     leaky = {**EXECUTE, "pending_work": ["use key sk-ant-api03-" + "a" * 40]}
-    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=lambda m, t: SummaryReply(text=tagged(leaky)), breaker=CircuitBreaker())
+    ev = compact(
+        schema=ExecuteSummary,
+        assembler=asm,
+        previous=None,
+        prompt="P",
+        call=lambda m, t: SummaryReply(text=tagged(leaky)),
+        breaker=CircuitBreaker(),
+    )
     assert "sk-ant" not in json.dumps(ev.summary) and "<REDACTED>" in ev.summary["pending_work"][0]
 
 
 def test_event_records_range_tokens_and_duration():
     h, asm = make(keep=3)
     ticks = iter([10.0, 12.5])
-    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=None, breaker=CircuitBreaker(), clock=lambda: next(ticks))
+    ev = compact(
+        schema=ExecuteSummary,
+        assembler=asm,
+        previous=None,
+        prompt="P",
+        call=None,
+        breaker=CircuitBreaker(),
+        clock=lambda: next(ticks),
+    )
     assert ev.in_view(h).kept_from == h.steps_in(0)[-3] and ev.in_view(h).kept_until == len(h)
     assert ev.duration_s == 2.5 and ev.tokens_before > ev.tokens_after > 0
     again = type(ev).model_validate_json(ev.model_dump_json())

@@ -75,7 +75,13 @@ def test_json_bash_summarises_stdout_and_keeps_stderr_tail():
     text = out.text
     assert text.startswith("$ pytest -q\nexit code: 1\n")
     assert "stdout (100 lines, first 5 and last 5)" in text
-    assert "out 5\n" in text and "out 6\n" not in text and "out 95\n" not in text and "out 96\n" in text and "out 100\n" in text
+    assert (
+        "out 5\n" in text
+        and "out 6\n" not in text
+        and "out 95\n" not in text
+        and "out 96\n" in text
+        and "out 100\n" in text
+    )
     assert "... (90 lines omitted) ..." in text
     assert "stderr (last 20 of 50 lines)" in text and "err 31\n" in text and "err 30\n" not in text
 
@@ -150,8 +156,13 @@ def test_json_of_the_wrong_shape_falls_back():
     weird = res(envelope({"unexpected": ["y" * 100] * 100}))
     out = squeeze(use("Read"), weird)
     assert out is not weird and "status: ok" in out.text
-    for text in ("[1, 2, 3]" * 1000, '{"status": "ok", "data": [1]}' + " " * 6000, '{"status": 5, "data": 1}' + "z" * 6000,
-                 '{"status": "ok", "data": {"path": 7}}' + " " * 6000, "{" * 100_000):
+    for text in (
+        "[1, 2, 3]" * 1000,
+        '{"status": "ok", "data": [1]}' + " " * 6000,
+        '{"status": 5, "data": 1}' + "z" * 6000,
+        '{"status": "ok", "data": {"path": 7}}' + " " * 6000,
+        "{" * 100_000,
+    ):
         squeeze(use("Read"), res(text))
         squeeze(use("Bash"), res(text))
         squeeze(None, res(text))
@@ -184,7 +195,9 @@ def test_claude_code_bash_with_exit_code():
 
 def test_mini_swe_agent_output():
     body = "".join(f"./astropy/file_{i}.py\n" for i in range(200))
-    out = squeeze(use("bash", command="find . -name '*.py'"), res(f"<returncode>0</returncode>\n<output>\n{body}</output>"))
+    out = squeeze(
+        use("bash", command="find . -name '*.py'"), res(f"<returncode>0</returncode>\n<output>\n{body}</output>")
+    )
     assert out.text.startswith("$ find . -name '*.py'\nexit code: 0\noutput (200 lines, first 5 and last 5):\n")
     assert "./astropy/file_0.py" in out.text and "./astropy/file_199.py" in out.text
     assert "<output>" not in out.text
@@ -242,7 +255,9 @@ def test_claude_code_edit_and_write_confirmations():
 
 
 def test_claude_code_edit_error_keeps_message():
-    text = "<tool_use_error>String to replace not found in file.\nString: " + "defp foo do\n" * 200 + "</tool_use_error>"
+    text = (
+        "<tool_use_error>String to replace not found in file.\nString: " + "defp foo do\n" * 200 + "</tool_use_error>"
+    )
     out = squeeze(use("Edit", file_path="/repo/otel.ex"), res(text, is_error=True))
     assert out.is_error
     assert "Edit /repo/otel.ex: NOT applied" in out.text and "String to replace not found in file." in out.text
@@ -257,7 +272,9 @@ def test_claude_code_todowrite_uses_the_input():
 
 
 def test_tau_bench_json_keeps_ids_in_the_head():
-    flights = [{"flight_number": f"HAT{i:03d}", "origin": "JFK", "destination": "SFO", "price": 100 + i} for i in range(80)]
+    flights = [
+        {"flight_number": f"HAT{i:03d}", "origin": "JFK", "destination": "SFO", "price": 100 + i} for i in range(80)
+    ]
     record = {"reservation_id": "JG7FMM", "user_id": "omar_davis_3817", "flights": flights,
               "payment_history": [{"payment_id": "credit_card_2929732", "amount": 7136}]}
     out = squeeze(use("get_reservation_details", reservation_id="JG7FMM"), res(json.dumps(record)))
@@ -384,9 +401,16 @@ def test_every_recorded_tool_result():
 
 
 def test_run_evaluation_results_compress_to_totals_and_first_failures():
-    data = {"iteration": 1, "total": 10, "passed": 5, "failed": 5, "success_rate": 0.5,
-            "failures_per_layer": {"L1": 2, "L2": 1, "L3": 1, "L4": 1}, "report_path": "execution_outputs/iteration_1/report.json",
-            "failures": [{"sample": f"s{i}", "layer": "L1", "reason": "R2 and R3 overlap " * 40} for i in range(7)]}
+    data = {
+        "iteration": 1,
+        "total": 10,
+        "passed": 5,
+        "failed": 5,
+        "success_rate": 0.5,
+        "failures_per_layer": {"L1": 2, "L2": 1, "L3": 1, "L4": 1},
+        "report_path": "execution_outputs/iteration_1/report.json",
+        "failures": [{"sample": f"s{i}", "layer": "L1", "reason": "R2 and R3 overlap " * 40} for i in range(7)],
+    }
     use = ToolUseBlock(id="toolu_e", name="RunEvaluation", input={})
     result = ToolResultBlock(tool_use_id="toolu_e", content=json.dumps({"status": "ok", "data": data, "error": None}))
     text = compress_result(use, result, archive_ref("execute", "toolu_e")).text

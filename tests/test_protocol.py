@@ -32,7 +32,12 @@ def test_empty_request_is_rule_1():
         ([user("a"), user("b")], 1, 1, "in a row"),
         ([user("a"), assistant(call("t1")), user("no result")], 2, 2, "not answered"),
         ([user("a"), assistant("x"), user(result("t9"))], 2, 2, "answers no tool_use"),
-        ([user("a"), assistant(call("t1")), Message(role="user", content=[TextBlock(text="x"), result("t1")])], 2, 2, "before any other"),
+        (
+            [user("a"), assistant(call("t1")), Message(role="user", content=[TextBlock(text="x"), result("t1")])],
+            2,
+            2,
+            "before any other",
+        ),
         ([user("a"), assistant(call("t1"))], 1, 2, "never answered"),
     ],
 )

@@ -191,9 +191,14 @@ def test_observe_from_usage_and_message_lists():
         assert predicted == est.predict_total(total, added)  # anchored on the last real total
         total += int(1.3 * raw + 15 * nm + 5 * nb)
         history = history + added
-        assert est.observe({"input_tokens": 1, "cache_creation_input_tokens": 100, "cache_read_input_tokens": total - 101}, history)
+        assert est.observe(
+            {"input_tokens": 1, "cache_creation_input_tokens": 100, "cache_read_input_tokens": total - 101}, history
+        )
     assert est.factor == pytest.approx(1.3, abs=0.08)
-    assert abs(est.estimate_call(history + _span(400)) - (total + 1.3 * message_counts(_span(400))[0] + 15 * 2 + 5 * 3)) < 60
+    assert (
+        abs(est.estimate_call(history + _span(400)) - (total + 1.3 * message_counts(_span(400))[0] + 15 * 2 + 5 * 3))
+        < 60
+    )
     # a compacted list does not extend the anchor: falls back to base + estimate
     compacted = [user("summary of earlier work"), *_span(10)]
     assert est.estimate_call(compacted) == est.estimate_input(compacted)

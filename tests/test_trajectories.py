@@ -32,7 +32,14 @@ def test_every_step_of_every_run_assembles_valid_requests(name):
             if msg.role == "assistant" and history.view and not history.pending_tool_ids:
                 request = assembler.assemble(event)
                 if assembler.should_compact(request, event):
-                    event = compact(schema=ExecuteSummary, assembler=assembler, previous=event, prompt="Summarise.", call=None, breaker=breaker)
+                    event = compact(
+                        schema=ExecuteSummary,
+                        assembler=assembler,
+                        previous=event,
+                        prompt="Summarise.",
+                        call=None,
+                        breaker=breaker,
+                    )
                     compactions += 1
                     request = assembler.assemble(event)
                 validate(request.messages)
