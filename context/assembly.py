@@ -1,4 +1,4 @@
-"""Assembling the request for one model call (docs/agents.md).
+"""Assembling the request for one model call.
 
 The request is derived from the log view and the latest compaction event; it
 is never stored. Layers, in order:
