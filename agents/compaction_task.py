@@ -18,8 +18,9 @@ from agents.models import ModelRequest
 from agents.outcomes import CompactionOutcome
 from agents.prompts import prompt
 from context.assembly import StaticPrefix
-from context.compaction import KnownFacts, SummaryReply, compact
+from context.compaction import KnownFacts, SummaryReply
 from context.messages import Message
+from context.summary_schemas import SUMMARY_SCHEMAS
 from scenarios.store import read_json, relative
 
 
@@ -39,8 +40,9 @@ def run_compaction(root: Path, agent: Agent, after_step: int | None = None) -> C
                                  reason=f"already compacted after step {done}")
     history = disk.history()
     assembler = agent.assembler(disk, history)
-    event = compact(
-        role=agent.role, assembler=assembler, previous=disk.compaction(), prompt=prompt(agent.role, "compact"),
+    # The compactor the policy names; the role's summary schema is an input, not a branch inside it.
+    event = assembler.compactor.compact(
+        assembler, disk.compaction(), schema=SUMMARY_SCHEMAS[agent.role], prompt=prompt(agent.role, "compact"),
         call=_summary_call(agent, assembler.static), breaker=disk.state.breaker, facts=_facts(disk),
         timeout_s=agent.config.model.summary_timeout_s,
     )
@@ -86,7 +88,8 @@ def _facts(disk: AgentDisk) -> KnownFacts:
             report = read_json(out_dir / "report.json", "evaluation report")
         except ValueError:
             report = None
-    design = sorted(relative(layout.root, p) for p in layout.design.glob("*") if p.is_file()) if layout.design.exists() else []
+    design_files = layout.design.glob("*") if layout.design.exists() else []
+    design = sorted(relative(layout.root, p) for p in design_files if p.is_file())
     return KnownFacts(
         scenario=layout.name, iteration=iteration, design_files=design, last_report=report,
         execution_output_dir=relative(layout.root, out_dir) if out_dir.exists() else None,

@@ -3,7 +3,7 @@
 A tool is an object with a ``name``, a ``description``, an ``input_schema`` (the
 JSON schema the model sees) and ``run(input, ctx) -> ToolResult``. Results use
 the envelope ``{"status": "ok"|"error", "data": ..., "error": ...}`` whose
-``data`` shapes are the models in ``context.compression`` (ReadData, BashData,
+``data`` shapes are the models in ``context.tool_results`` (ReadData, BashData,
 ...), so older results compress to their facts. A tool never raises for bad
 input: it returns ``status: error`` with a message saying what to do.
 """
@@ -21,6 +21,9 @@ from agents.config import ToolSettings
 from agents.role import Role
 from context.redaction import redact
 from scenarios.store import Layout, StoreError, inside, relative
+
+# How the tools mark a clipped line (``context.text.clip``); the model has seen this wording.
+TOOL_CLIP_MARKER = "… [+{n} chars]"
 
 # The result text the model sees is capped; the full result is archived on disk.
 MAX_RESULT_CHARS = 200_000
@@ -177,7 +180,3 @@ def bool_input(tool_input: dict[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise ToolInputError(f"input {key!r} must be true or false, got {value!r}")
     return value
-
-
-def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… [+{len(text) - limit} chars]"

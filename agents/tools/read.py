@@ -15,8 +15,18 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, clip, int_input, ok, string_input
+from agents.tools.base import (
+    TOOL_CLIP_MARKER,
+    FileTool,
+    ToolContext,
+    ToolInputError,
+    ToolResult,
+    int_input,
+    ok,
+    string_input,
+)
 from agents.tools.paths import changed_since_seen, existing_file, is_binary, seen_mtimes
+from context.text import clip
 
 DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000  # longer lines are clipped; Grep or Bash can show the rest
@@ -184,7 +194,7 @@ class ReadTool(FileTool):
         if total and offset > total:
             raise ToolInputError(f"offset {offset} is past the end of {rel}, which has {total} lines")
         if rendered is not None:
-            lines = (clip(x, MAX_LINE_CHARS) for x in rendered[offset - 1 :])
+            lines = (clip(x, MAX_LINE_CHARS, TOOL_CLIP_MARKER) for x in rendered[offset - 1 :])
             window = _number(lines, offset, limit, ctx.settings.output_cap_chars)
         else:
             window = self._window(path, offset, limit, ctx.settings.output_cap_chars)

@@ -7,8 +7,18 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, bool_input, clip, ok, string_input
+from agents.tools.base import (
+    TOOL_CLIP_MARKER,
+    FileTool,
+    ToolContext,
+    ToolInputError,
+    ToolResult,
+    bool_input,
+    ok,
+    string_input,
+)
 from agents.tools.paths import changed_since_seen, existing_file, is_binary, seen_mtimes, writable
+from context.text import clip
 from scenarios.store import write_atomic
 
 DIFF_LINES = 40
@@ -24,7 +34,7 @@ def _diff(old: str, new: str) -> str:
             f"{_count_text_lines(old)} -> {_count_text_lines(new)} lines)"
         )
     lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=2))[2:]
-    shown = [clip(line, 500) for line in lines[:DIFF_LINES]]
+    shown = [clip(line, 500, TOOL_CLIP_MARKER) for line in lines[:DIFF_LINES]]
     if len(lines) > DIFF_LINES:
         shown.append(f"... ({len(lines) - DIFF_LINES} more diff lines; Read the file to see the result)")
     return "\n".join(shown)
@@ -35,7 +45,7 @@ def _count_text_lines(text: str) -> int:
 
 
 def _head(text: str, n: int) -> str:
-    return "\n".join(clip(line, 500) for line in islice(iter(text.splitlines()), n))
+    return "\n".join(clip(line, 500, TOOL_CLIP_MARKER) for line in islice(iter(text.splitlines()), n))
 
 
 def _old_text(path: Path) -> str | None:
