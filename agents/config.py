@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from agents.role import Role
-from context.assembly import Policy
+from context.policy import Policy
 
 # Largest context window of each model, in tokens. The 1M windows need the beta header.
 KNOWN_MODELS: dict[str, int] = {

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from context.assembly import CompactionEvent
+from context.compaction_event import CompactionEvent
 from context.redaction import redact_value
 from scenarios.store import append_jsonl, read_jsonl
 

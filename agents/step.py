@@ -34,7 +34,8 @@ from agents.events import ErrorEvent, HandoffEvent, PromptTooLongEvent, StepEven
 from agents.models import ModelError, ModelRequest, PromptTooLong
 from agents.outcomes import StepOutcome
 from agents.tools.base import parse_envelope, run_tool
-from context.assembly import CompactionEvent, ContextOverflow
+from context.assembly import ContextOverflow
+from context.compaction_event import CompactionEvent
 from context.messages import Message, TextBlock, ToolResultBlock, parse_message
 from scenarios.store import write_atomic
 

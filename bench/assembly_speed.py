@@ -33,9 +33,10 @@ from typing import Any, Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_DATA, DEFAULT_DOC, iter_runs, md_table, write_section  # noqa: E402
 
-from context.assembly import Assembler, Policy, StaticPrefix  # noqa: E402
+from context.assembly import Assembler, StaticPrefix  # noqa: E402
 from context.history import History  # noqa: E402
 from context.messages import Message, parse_message  # noqa: E402
+from context.policy import Policy  # noqa: E402
 from context.tokens import block_tokens  # noqa: E402  (count_text over each block, uncached)
 
 SIZES = (100_000, 300_000, 1_000_000)

@@ -55,8 +55,9 @@ from common import (  # noqa: E402
     write_section,
 )
 
-from context.assembly import Assembler, CompactionEvent, Policy, StaticPrefix  # noqa: E402
+from context.assembly import Assembler, StaticPrefix  # noqa: E402
 from context.compaction import CircuitBreaker, compact, summary_request  # noqa: E402
+from context.compaction_event import CompactionEvent  # noqa: E402
 from context.compression import archive_ref  # noqa: E402
 from context.history import History  # noqa: E402
 from context.messages import (  # noqa: E402
@@ -67,6 +68,7 @@ from context.messages import (  # noqa: E402
     ToolUseBlock,
     parse_message,
 )
+from context.policy import Policy  # noqa: E402
 from context.protocol import problems  # noqa: E402
 from context.summary_schemas import ExecuteSummary  # noqa: E402
 

@@ -26,23 +26,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
-    field_validator,
-    model_serializer,
-    model_validator,
 )
 
+from context.compaction_event import CompactionEvent, ViewSpan
 from context.compression import archive_ref
 from context.estimator import TokenEstimator
 from context.history import History
-from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from context.strategies import COMPACTORS, COMPRESSORS, check_name, instantiate
+from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from context.policy import Policy
+from context.strategies import COMPACTORS, COMPRESSORS, instantiate
 from context.tokens import count_text
 
 # Anthropic prompt-cache prices relative to base input: a read costs 0.1x, a write 1.25x.
@@ -52,134 +50,6 @@ BRIDGE = (
     "[baton] The conversation above was compacted: the summary stands for everything "
     "before this point. The most recent steps follow verbatim. Continue the task."
 )
-
-
-class Policy(BaseModel):
-    """How an agent's context is kept: the limits, the layers' parameters and the strategies by name."""
-
-    model_config = ConfigDict(frozen=True)
-    window: int = Field(1_000_000, gt=0, description="hard context limit in tokens")
-    threshold: int = Field(700_000, gt=0, description="compact when the estimated input passes this")
-    keep_last_steps: int = Field(5, ge=1, description="N: steps kept verbatim")
-    batch: int = Field(5, ge=1, description="B: steps compressed at a time (hysteresis)")
-    # B, the start size and the payback horizon were chosen by bench/context_replay.py
-    # (docs/benchmarks.md): the best worst case over the three recorded data sets.
-    start_tokens: int = Field(10_000, ge=0, description="layers 3 and 4 wait until the context passes this")
-    payback_calls: int = Field(
-        30, ge=0,
-        description="compress a batch only if its saving repays the cache rewrite within this many calls (0: always)",
-    )
-    max_tokens: int = Field(8_192, gt=0, description="output reserved in the window (rule 3)")
-    result_cap_chars: int = Field(40_000, gt=0, description="verbatim results over this are cut to head + tail")
-    kept_cap_chars: int = Field(5_000, gt=0, description="cap for results of steps kept by a compaction")
-    read_lines: int = Field(10, ge=0, description="lines of an older Read result kept in its compressed form")
-    min_verbatim_steps: int = Field(2, ge=1, description="emergency trim never goes below this")
-    compressor: str = Field("per_tool", description="how older tool results shrink: a name in COMPRESSORS")
-    compactor: str = Field("summary", description="when and how the context is compacted: a name in COMPACTORS")
-
-    @field_validator("compressor")
-    @classmethod
-    def _known_compressor(cls, name: str) -> str:
-        return check_name("compressor", name, COMPRESSORS)
-
-    @field_validator("compactor")
-    @classmethod
-    def _known_compactor(cls, name: str) -> str:
-        return check_name("compactor", name, COMPACTORS)
-
-    @model_validator(mode="after")
-    def _threshold_below_window(self) -> "Policy":
-        if self.threshold >= self.window:
-            raise ValueError(f"threshold ({self.threshold}) must be below window ({self.window})")
-        if self.max_tokens >= self.window:
-            raise ValueError(f"max_tokens ({self.max_tokens}) must be below window ({self.window})")
-        return self
-
-
-class ViewSpan(NamedTuple):
-    """A compaction's positions as view indices of one `History`."""
-
-    covered_from: int  # first view index the summary stands for
-    kept_from: int  # first view index kept verbatim after the summary
-    kept_until: int  # view length when compacted: results before it get the kept cap
-
-
-# Positions of events written before events named log positions: view indices.
-_VIEW_FIELDS = ("covered_from", "kept_from", "kept_until")
-_SEQ_FIELDS = ("covered_from_seq", "kept_from_seq", "kept_until_seq")
-
-
-class CompactionEvent(BaseModel):
-    """A compaction: a summary that stands for the log messages before `kept_from_seq`.
-
-    Positions are numbers of log messages (1 for the first message appended to
-    the `History`, as the agent's log records are numbered), so the event names
-    what it forgets as the append-only log numbers it, not by positions in the
-    repaired view; `in_view` resolves them. Events written earlier carry view
-    indices instead (`covered_from`, `kept_from`, `kept_until`): they load as they
-    are and resolve to those indices. The log is untouched; assembly reads the
-    latest event to derive the request.
-    """
-
-    kind: str = "compaction"
-    id: int = Field(ge=1, description="1 for the first compaction of this agent, then 2, …")
-    covered_from_seq: int | None = Field(None, ge=1, description="first log message the summary stands for")
-    kept_from_seq: int | None = Field(None, ge=1, description="first log message kept verbatim after the summary")
-    kept_until_seq: int | None = Field(None, ge=0, description="last log message when compacted: the steps kept then")
-    covered_from: int | None = Field(None, ge=0, description="older events: view index the summary starts at")
-    kept_from: int | None = Field(None, ge=0, description="older events: first view index kept verbatim")
-    kept_until: int | None = Field(None, ge=0, description="older events: view length when compacted")
-    prompt: str
-    summary: dict[str, Any]
-    tokens_before: int = 0
-    tokens_after: int = 0
-    duration_s: float = 0.0
-    usage: Usage | None = None
-    fallback: bool = False
-    error: str | None = None
-    at: str = ""
-
-    @model_validator(mode="after")
-    def _positions(self) -> CompactionEvent:
-        if self.kept_from_seq is not None and self.kept_until_seq is not None:
-            if self.covered_from_seq is None:
-                self.covered_from_seq = 1
-        elif self.kept_from is not None and self.kept_until is not None:
-            if self.covered_from is None:
-                self.covered_from = 0
-        else:
-            raise ValueError(
-                "a compaction event names the log messages it keeps: kept_from_seq and kept_until_seq "
-                "(events written before log positions: kept_from and kept_until, view indices)"
-            )
-        return self
-
-    @model_serializer(mode="wrap")
-    def _only_given_positions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # An event is written with the one kind of position it has; the other kind stays absent.
-        data = handler(self)
-        for name in (*_SEQ_FIELDS, *_VIEW_FIELDS):
-            if name in data and data[name] is None:
-                del data[name]
-        return data
-
-    def in_view(self, history: History) -> ViewSpan:
-        """The event's positions as view indices of `history` (the log it was made from, or a longer one)."""
-        if self.kept_from_seq is None or self.kept_until_seq is None:
-            return ViewSpan(self.covered_from or 0, self.kept_from or 0, self.kept_until or 0)
-        return ViewSpan(
-            history.view_index(self.covered_from_seq or 1),
-            history.view_index(self.kept_from_seq),
-            history.view_length(self.kept_until_seq),
-        )
-
-    @cached_property
-    def messages(self) -> list[Message]:
-        text = f"<compact_summary>{json.dumps(self.summary, ensure_ascii=False, sort_keys=True)}</compact_summary>"
-        return [
-            Message(role="user", content=[TextBlock(text=self.prompt)]),
-            Message(role="assistant", content=[TextBlock(text=text)]),
-        ]
 
 
 class TokenEstimate(Protocol):

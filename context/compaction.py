@@ -18,7 +18,8 @@ from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from context.assembly import Assembled, Assembler, CompactionEvent, kept_from
+from context.assembly import Assembled, Assembler, kept_from
+from context.compaction_event import CompactionEvent
 from context.compression import archive_ref
 from context.history import History
 from context.messages import Message, TextBlock, Usage

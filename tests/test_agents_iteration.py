@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from agents.disk import AgentDisk
 from agents.models import ModelRequest
 from agents.simulated import SimulatedModel
-from agents.disk import AgentDisk
 from tests.agent_run import (
     agents,
     assert_log_consistent,

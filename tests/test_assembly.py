@@ -2,10 +2,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context.assembly import BRIDGE, Assembler, ContextOverflow, Policy, StaticPrefix
+from context.assembly import BRIDGE, Assembler, ContextOverflow, StaticPrefix
 from context.compaction import CircuitBreaker, compact
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, assistant, user
+from context.policy import Policy
 from context.protocol import validate
 from context.summary_schemas import ExecuteSummary, InitSummary
 from tests.logs import messy_log

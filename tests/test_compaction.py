@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from context.assembly import Assembler, Policy
+from context.assembly import Assembler
 from context.compaction import (
     CircuitBreaker,
     KnownFacts,
@@ -14,6 +14,7 @@ from context.compaction import (
 )
 from context.history import History
 from context.messages import ToolUseBlock, Usage, assistant, user
+from context.policy import Policy
 from context.protocol import validate
 from context.summary_schemas import ExecuteSummary, InitSummary
 from tests.test_assembly import run_log, step

@@ -7,10 +7,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from context.assembly import Assembler, CompactionEvent, Policy, ViewSpan, kept_from
+from context.assembly import Assembler, kept_from
 from context.compaction import CircuitBreaker, compact
+from context.compaction_event import CompactionEvent, ViewSpan
 from context.history import History
 from context.messages import Message, TextBlock, ToolUseBlock, assistant, user
+from context.policy import Policy
 from context.summary_schemas import ExecuteSummary
 from tests.logs import messy_log
 from tests.test_assembly import run_log, step

@@ -5,7 +5,7 @@ from pydantic import ValidationError
 
 from agents.config import KNOWN_MODELS, LONG_CONTEXT_BETA, AgentConfig, ConfigError
 from agents.settings_layers import PROFILES, load_scenario_config, parse_int, resolve_agents, resolve_config
-from context.assembly import Policy
+from context.policy import Policy
 
 NO_ENV: dict[str, str] = {}
 

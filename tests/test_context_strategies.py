@@ -5,10 +5,11 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import ValidationError
 
-from context.assembly import Assembler, Policy
+from context.assembly import Assembler
 from context.compaction import CircuitBreaker, SummaryCompactor, SummaryError, SummarySchema, parse_summary
 from context.messages import ToolResultBlock, ToolUseBlock
 from context.per_tool_compression import PerToolCompressor
+from context.policy import Policy
 from context.strategies import COMPACTORS, COMPRESSORS, check_name, instantiate
 from context.summary_schemas import SUMMARY_SCHEMAS, ExecuteSummary, InitSummary
 from tests.test_assembly import policy, run_log

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from agents.compaction_task import run_compaction
+from agents.disk import AgentDisk, open_turn
 from agents.models import ModelError, ModelRequest, ModelResponse, PromptTooLong
 from agents.openings import init_opening
 from agents.simulated import SimulatedModel
-from agents.compaction_task import run_compaction
-from agents.disk import AgentDisk, open_turn
 from agents.step import MAX_NUDGES, run_step, run_turn
 from context.messages import TextBlock
 from tests.agent_run import (

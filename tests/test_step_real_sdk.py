@@ -6,14 +6,14 @@ import json
 
 import httpx2
 
+from agents.agent import Agent
 from agents.anthropic_model import AnthropicModel
 from agents.backends import model_for
+from agents.compaction_task import run_compaction
 from agents.config import AgentConfig
+from agents.disk import AgentDisk, open_turn
 from agents.openings import init_opening
 from agents.simulated import SimulatedModel
-from agents.agent import Agent
-from agents.compaction_task import run_compaction
-from agents.disk import AgentDisk, open_turn
 from agents.step import run_step
 from tests.agent_run import agents, assert_log_consistent, copy_example
 

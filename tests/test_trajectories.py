@@ -3,9 +3,10 @@ thresholds scaled down so compaction happens, yields only valid requests."""
 
 import pytest
 
-from context.assembly import Assembler, Policy, StaticPrefix
+from context.assembly import Assembler, StaticPrefix
 from context.compaction import CircuitBreaker, compact
 from context.history import History
+from context.policy import Policy
 from context.protocol import repair, validate
 from context.summary_schemas import ExecuteSummary
 from tests.logs import load_trajectories, trajectory_messages

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from agents.config import ConfigError
 from agents.disk import AgentDisk
 from agents.events import CompactionRecord, ErrorEvent, PromptTooLongEvent, StepEvent, WarningEvent, read_events

@@ -1,0 +1,53 @@
+"""How an agent's context is kept: the limits, the layers' parameters and the strategies by name.
+
+An agent's settings hold one ``Policy`` as their ``context`` section (``agents.config``);
+the assembler reads it on every call. See docs/context.md.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from context.strategies import COMPACTORS, COMPRESSORS, check_name
+
+
+class Policy(BaseModel):
+    """How an agent's context is kept: the limits, the layers' parameters and the strategies by name."""
+
+    model_config = ConfigDict(frozen=True)
+    window: int = Field(1_000_000, gt=0, description="hard context limit in tokens")
+    threshold: int = Field(700_000, gt=0, description="compact when the estimated input passes this")
+    keep_last_steps: int = Field(5, ge=1, description="N: steps kept verbatim")
+    batch: int = Field(5, ge=1, description="B: steps compressed at a time (hysteresis)")
+    # B, the start size and the payback horizon were chosen by bench/context_replay.py
+    # (docs/benchmarks.md): the best worst case over the three recorded data sets.
+    start_tokens: int = Field(10_000, ge=0, description="layers 3 and 4 wait until the context passes this")
+    payback_calls: int = Field(
+        30, ge=0,
+        description="compress a batch only if its saving repays the cache rewrite within this many calls (0: always)",
+    )
+    max_tokens: int = Field(8_192, gt=0, description="output reserved in the window (rule 3)")
+    result_cap_chars: int = Field(40_000, gt=0, description="verbatim results over this are cut to head + tail")
+    kept_cap_chars: int = Field(5_000, gt=0, description="cap for results of steps kept by a compaction")
+    read_lines: int = Field(10, ge=0, description="lines of an older Read result kept in its compressed form")
+    min_verbatim_steps: int = Field(2, ge=1, description="emergency trim never goes below this")
+    compressor: str = Field("per_tool", description="how older tool results shrink: a name in COMPRESSORS")
+    compactor: str = Field("summary", description="when and how the context is compacted: a name in COMPACTORS")
+
+    @field_validator("compressor")
+    @classmethod
+    def _known_compressor(cls, name: str) -> str:
+        return check_name("compressor", name, COMPRESSORS)
+
+    @field_validator("compactor")
+    @classmethod
+    def _known_compactor(cls, name: str) -> str:
+        return check_name("compactor", name, COMPACTORS)
+
+    @model_validator(mode="after")
+    def _threshold_below_window(self) -> "Policy":
+        if self.threshold >= self.window:
+            raise ValueError(f"threshold ({self.threshold}) must be below window ({self.window})")
+        if self.max_tokens >= self.window:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must be below window ({self.window})")
+        return self
