@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from context import tokens as raw_counts
 from context.text import clean_text
 
-Role = Literal["user", "assistant"]
+MessageRole = Literal["user", "assistant"]  # who speaks; the agents' roles are agents.role.Role
 
 
 class _Frozen(BaseModel):
@@ -130,7 +130,7 @@ class Usage(_Frozen):
 
 
 class Message(_Frozen):
-    role: Role
+    role: MessageRole
     content: list[Block]
     usage: Usage | None = None
 
