@@ -311,7 +311,9 @@ def _blocks(content: list[Any]) -> list[Any]:
         try:
             blocks.append(cls.model_validate(raw))
         except ValidationError as err:
-            raise BadResponse(f"Anthropic API response: content block {i} ({kind}) is invalid: {_first_error(err)}") from None
+            raise BadResponse(
+                f"Anthropic API response: content block {i} ({kind}) is invalid: {_first_error(err)}"
+            ) from None
     return blocks
 
 
@@ -368,7 +370,9 @@ def _is_too_long(message: str) -> bool:
 
 def _unavailable(failure: _Failure, attempts: int) -> ModelUnavailable:
     error = ModelUnavailable(f"Anthropic API unavailable after {attempts} attempt(s): {failure.description}")
-    return _tag(error, status=failure.status, error_type=failure.error_type, request_id=failure.request_id, attempts=attempts)
+    return _tag(
+        error, status=failure.status, error_type=failure.error_type, request_id=failure.request_id, attempts=attempts
+    )
 
 
 def _tag(error: E, **fields: Any) -> E:

@@ -11,7 +11,9 @@ from agents.payloads import ExecuteToInit, InitToExecute, render_payload
 from context.redaction import redact
 
 
-def init_opening(scenario: str, iteration: int, *, feedback: str | None = None, report: ExecuteToInit | None = None) -> str:
+def init_opening(
+    scenario: str, iteration: int, *, feedback: str | None = None, report: ExecuteToInit | None = None
+) -> str:
     """Init's opening: the brief (iteration 1), a human's rejection, or Execute's report."""
     lines = [f"Iteration: {iteration}", f"Scenario: {scenario}", ""]
     if feedback is not None:
@@ -19,7 +21,8 @@ def init_opening(scenario: str, iteration: int, *, feedback: str | None = None, 
             "A human reviewed your design and rejected it with this feedback:",
             f"<human_feedback>\n{redact(feedback.strip())}\n</human_feedback>",
             "",
-            f"Revise the design documents under design/ to address it, then call SubmitHandoff again for iteration {iteration}.",
+            "Revise the design documents under design/ to address it, "
+            f"then call SubmitHandoff again for iteration {iteration}.",
         ]
     elif report is not None:
         lines += [
@@ -32,7 +35,8 @@ def init_opening(scenario: str, iteration: int, *, feedback: str | None = None, 
     else:
         lines += [
             "Design the scenario described in brief.md (read scenario.toml for the target success rate).",
-            f"Write your design documents under design/, then call SubmitHandoff with an init_to_execute payload for iteration {iteration}.",
+            "Write your design documents under design/, "
+            f"then call SubmitHandoff with an init_to_execute payload for iteration {iteration}.",
         ]
     return "\n".join(lines)
 

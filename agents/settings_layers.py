@@ -330,7 +330,9 @@ def _variable_names(prefix: str, field: str) -> list[str]:
 
 
 def _reject_unknown_role_variables(env: Mapping[str, str]) -> None:
-    known = {name for role in ROLES for field in SETTABLE_FIELDS for name in _variable_names(f"BATON_{role.upper()}_", field)}
+    known = {
+        name for role in ROLES for field in SETTABLE_FIELDS for name in _variable_names(f"BATON_{role.upper()}_", field)
+    }
     prefixes = tuple(f"BATON_{role.upper()}_" for role in ROLES)
     unknown = sorted(name for name in env if name.startswith(prefixes) and name not in known)
     if unknown:

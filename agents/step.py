@@ -68,8 +68,9 @@ def run_step(root: Path, agent: Agent, step: int | None = None, *, fault: Fault 
     if not disk.records:
         return StepOutcome(step=due, status="idle", reason="the log is empty: no turn was opened", **base)
     if disk.turn_over():
-        return StepOutcome(step=due, status="idle", reason="the turn ended with a handoff; waiting for the next opening",
-                           **base)
+        return StepOutcome(
+            step=due, status="idle", reason="the turn ended with a handoff; waiting for the next opening", **base
+        )
     limit = agent.config.max_steps_per_turn
     if disk.steps_this_turn() >= limit:
         return _fail(disk, due, base, f"the turn reached max_steps_per_turn ({limit}) without a handoff")
@@ -123,12 +124,20 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
     estimator = assembler.estimator
     estimator.observe(response.usage, assembled.messages, extra_raw_tokens=static.tokens)
     disk.state.estimator = estimator.to_dict()
-    disk.event(StepEvent(
-        step=step, iteration=disk.iteration(), model=agent.model.label, request=request.fingerprint(),
-        usage=response.usage.model_dump(), estimated_input=assembled.estimated_input, threshold=config.context.threshold,
-        stop_reason=response.stop_reason, duration_s=round(time.monotonic() - started, 3),
-        tools=[u.name for u in message.tool_uses],
-    ))
+    disk.event(
+        StepEvent(
+            step=step,
+            iteration=disk.iteration(),
+            model=agent.model.label,
+            request=request.fingerprint(),
+            usage=response.usage.model_dump(),
+            estimated_input=assembled.estimated_input,
+            threshold=config.context.threshold,
+            stop_reason=response.stop_reason,
+            duration_s=round(time.monotonic() - started, 3),
+            tools=[u.name for u in message.tool_uses],
+        )
+    )
     fault("after_persist_response", step)
 
     if not message.tool_uses:
@@ -192,7 +201,9 @@ def _finish_tools(disk: AgentDisk, agent: Agent, record: LogRecord, fault: Fault
             text = result.text()
             write_atomic(archive, text)
             fault(f"after_tool:{i}", record.step)
-        block = ToolResultBlock(tool_use_id=use.id, content=text, is_error=parse_envelope(text).get("status") == "error")
+        block = ToolResultBlock(
+            tool_use_id=use.id, content=text, is_error=parse_envelope(text).get("status") == "error"
+        )
         if use.name == "SubmitHandoff" and accepted_handoff(block):
             handoff = parse_envelope(text)["data"].get("path")
         blocks.append(block)

@@ -345,16 +345,36 @@ def bench_dispatch(procs: Procs, app, client, url: str, n: int) -> dict[str, Any
 
 LAYOUTS = {
     # name: (worker specs, compaction queue, compaction priority, description)
-    "dedicated": ([("probe-execute", "execute", 1), ("probe-compaction", "compaction", 1)], "compaction",
-                  COMPACTION_PRIORITY, "dedicated `compaction` queue + its own worker (baton)"),
-    "dedicated-2-cores-busy": ([("probe-execute", "execute", 2), ("probe-compaction", "compaction", 1)], "compaction",
-                              COMPACTION_PRIORITY, "dedicated queue + worker, execute `-c 2` (both cores busy with steps)"),
-    "shared-priority": ([("probe-execute", "execute", 1)], "execute", COMPACTION_PRIORITY,
-                        "one shared queue, one worker; compaction priority 0, steps 5"),
-    "shared-fifo": ([("probe-execute", "execute", 1)], "execute", STEP_PRIORITY,
-                    "one shared queue, one worker; no priority (compaction 5 like the steps)"),
-    "one-worker-two-queues": ([("probe-both", "execute,compaction", 1)], "compaction", COMPACTION_PRIORITY,
-                              "one worker `-Q execute,compaction`; compaction priority 0"),
+    "dedicated": (
+        [("probe-execute", "execute", 1), ("probe-compaction", "compaction", 1)],
+        "compaction",
+        COMPACTION_PRIORITY,
+        "dedicated `compaction` queue + its own worker (baton)",
+    ),
+    "dedicated-2-cores-busy": (
+        [("probe-execute", "execute", 2), ("probe-compaction", "compaction", 1)],
+        "compaction",
+        COMPACTION_PRIORITY,
+        "dedicated queue + worker, execute `-c 2` (both cores busy with steps)",
+    ),
+    "shared-priority": (
+        [("probe-execute", "execute", 1)],
+        "execute",
+        COMPACTION_PRIORITY,
+        "one shared queue, one worker; compaction priority 0, steps 5",
+    ),
+    "shared-fifo": (
+        [("probe-execute", "execute", 1)],
+        "execute",
+        STEP_PRIORITY,
+        "one shared queue, one worker; no priority (compaction 5 like the steps)",
+    ),
+    "one-worker-two-queues": (
+        [("probe-both", "execute,compaction", 1)],
+        "compaction",
+        COMPACTION_PRIORITY,
+        "one worker `-Q execute,compaction`; compaction priority 0",
+    ),
 }
 
 
@@ -546,14 +566,40 @@ def render(res: dict[str, Any], args: argparse.Namespace, cmd: str, elapsed: flo
 
     t_rows = []
     for t in res["throughput"]:
-        mode = "embedded (one process, no broker)" if t["execute_c"] == "-" else f"3 workers, execute -c {t['execute_c']}"
-        busy = "-" if "busy_pct" not in t else " / ".join(f"{t['busy_pct'][n]:.0f}%" for n in ("init", "execute", "compaction"))
-        task_ms = "-" if "task_ms" not in t else " / ".join(f"{t['task_ms'][n]:.0f}" for n in ("init", "execute", "compaction"))
-        t_rows.append([t["scenarios"], mode, f"{t['done']}/{t['scenarios']}", t["steps"], t["compactions"],
-                       f1(t["wall_s"]) + ("" if len(t["walls"]) < 2 else
-                                          f" (median of {len(t['walls'])}: {f1(min(t['walls']))}–{f1(max(t['walls']))})"),
-                       f1(t["steps_per_s"]), f"{t['compactions_per_s']:.2f}", busy, task_ms,
-                       t.get("retries", "-"), "-" if t["cpu_busy_pct"] is None else f"{t['cpu_busy_pct']:.0f}%"])
+        mode = (
+            "embedded (one process, no broker)" if t["execute_c"] == "-" else f"3 workers, execute -c {t['execute_c']}"
+        )
+        busy = (
+            "-"
+            if "busy_pct" not in t
+            else " / ".join(f"{t['busy_pct'][n]:.0f}%" for n in ("init", "execute", "compaction"))
+        )
+        task_ms = (
+            "-"
+            if "task_ms" not in t
+            else " / ".join(f"{t['task_ms'][n]:.0f}" for n in ("init", "execute", "compaction"))
+        )
+        t_rows.append(
+            [
+                t["scenarios"],
+                mode,
+                f"{t['done']}/{t['scenarios']}",
+                t["steps"],
+                t["compactions"],
+                f1(t["wall_s"])
+                + (
+                    ""
+                    if len(t["walls"]) < 2
+                    else f" (median of {len(t['walls'])}: {f1(min(t['walls']))}–{f1(max(t['walls']))})"
+                ),
+                f1(t["steps_per_s"]),
+                f"{t['compactions_per_s']:.2f}",
+                busy,
+                task_ms,
+                t.get("retries", "-"),
+                "-" if t["cpu_busy_pct"] is None else f"{t['cpu_busy_pct']:.0f}%",
+            ]
+        )
     throughput_table = md_table(["scenarios", "runtime", "done", "agent steps", "compactions", "wall s", "steps/s",
                                  "compactions/s", "worker busy init / execute / compaction",
                                  "mean task ms init / execute / compaction", "lock retries", "CPU busy (machine)"],
@@ -578,7 +624,8 @@ def render(res: dict[str, Any], args: argparse.Namespace, cmd: str, elapsed: flo
     setup = (
         f"Command: `{cmd}` ({elapsed:.0f} s; {cpus} CPU cores, {platform.machine()}, Linux {platform.release()}; "
         f"Python {platform.python_version()}, Celery {v['celery']}, kombu {v['kombu']}, redis-py {v['redis']}, "
-        f"{v['server']}; {res['code']}). The script starts a private `redis-server` on a free port and its own worker processes, "
+        f"{v['server']}; {res['code']}). The script starts a private `redis-server` on a free port "
+        "and its own worker processes, "
         "and stops them when done. Every worker is a prefork `celery worker -c 1` (unless noted) built from "
         "`workers.app.make_app`: acks late, prefetch 1, task events on, `track_started`, results in Redis, Redis "
         f"priority queues (steps 0–9, 0 highest). All processes share the same {cpus} cores; {res['background']}"
@@ -665,7 +712,12 @@ def observations(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=None, help=f"write the runtime section of this file (e.g. {DEFAULT_DOC.relative_to(REPO_ROOT)})")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"write the runtime section of this file (e.g. {DEFAULT_DOC.relative_to(REPO_ROOT)})",
+    )
     ap.add_argument("--dispatch", type=int, default=500, help="probe tasks per dispatch measure")
     ap.add_argument("--steps", type=int, default=200, help="probe steps in the compaction backlog")
     ap.add_argument("--step-ms", type=float, default=50.0, help="CPU time of one probe step")

@@ -63,20 +63,29 @@ def turn_surviving_crashes(root: Path, agent: Agent, fault: Fault | None) -> Ste
     raise AssertionError("the turn never finished")
 
 
-def run_iteration(root: Path, team: dict[str, Agent], iteration: int, fault: Fault | None = None) -> tuple[StepOutcome, StepOutcome]:
+def run_iteration(
+    root: Path, team: dict[str, Agent], iteration: int, fault: Fault | None = None
+) -> tuple[StepOutcome, StepOutcome]:
     """Init designs (from the brief, or from Execute's last report), then Execute evaluates."""
     report = handoff(root, iteration - 1, "execute_to_init") if iteration > 1 else None
     open_turn(root, "init", iteration, init_opening(root.name, iteration, report=report), key=f"iteration-{iteration}")
     init_out = turn_surviving_crashes(root, team["init"], fault)
     assert init_out.status == "handoff", init_out
-    open_turn(root, "execute", iteration, execute_opening(handoff(root, iteration, "init_to_execute")), key=f"iteration-{iteration}")
+    open_turn(
+        root,
+        "execute",
+        iteration,
+        execute_opening(handoff(root, iteration, "init_to_execute")),
+        key=f"iteration-{iteration}",
+    )
     execute_out = turn_surviving_crashes(root, team["execute"], fault)
     assert execute_out.status == "handoff", execute_out
     return init_out, execute_out
 
 
 def assert_log_consistent(root: Path, role: str) -> AgentDisk:
-    """The log replays into a valid view; steps are numbered 1..n with one response and at most one results record each."""
+    """The log replays into a valid view; steps are numbered 1..n with one response and at most one
+    results record each."""
     disk = AgentDisk.load(root, role)
     assert not disk.problems, disk.problems
     validate(disk.history().view, allow_pending=False)

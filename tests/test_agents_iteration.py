@@ -79,7 +79,9 @@ def test_iteration_one_fails_in_every_layer_then_execute_fixes_layers_2_to_4(run
     assert len(report.fixed_by_execute) == 3
     on_disk = json.loads((root / "execution_outputs/iteration_1/report.json").read_text())
     assert (on_disk["total"], on_disk["passed"]) == (report.totals.samples, report.totals.passed)
-    assert on_disk["run"] == 2 and all(on_disk["previous_runs"][0]["failures_per_layer"][layer] >= 1 for layer in LAYERS)
+    assert on_disk["run"] == 2 and all(
+        on_disk["previous_runs"][0]["failures_per_layer"][layer] >= 1 for layer in LAYERS
+    )
 
 
 def test_iteration_two_passes(run):
@@ -109,7 +111,10 @@ def test_everything_says_simulated(run):
         assert all(e.model == "simulated" for e in disk.events if e.kind == "step")
         assert all(r.message["content"][0]["text"].startswith("[simulated]") for r in disk.steps)
     for n in (1, 2):
-        assert json.loads((root / f"execution_outputs/iteration_{n}/report.json").read_text())["model_label"] == "simulated"
+        assert (
+            json.loads((root / f"execution_outputs/iteration_{n}/report.json").read_text())["model_label"]
+            == "simulated"
+        )
 
 
 def test_simulated_model_is_deterministic(run, tmp_path):

@@ -85,7 +85,10 @@ def api_error(status: int, kind: str, message: str, headers: dict[str, str] | No
     return httpx2.Response(status, json=body, headers={**JSON_HEADERS, **(headers or {})})
 
 
-RATE_LIMITED = ("rate_limit_error", "This request would exceed the rate limit for your organization of 30,000 input tokens per minute.")
+RATE_LIMITED = (
+    "rate_limit_error",
+    "This request would exceed the rate limit for your organization of 30,000 input tokens per minute.",
+)
 OVERLOADED = ("overloaded_error", "Overloaded")
 INTERNAL = ("api_error", "Internal server error")
 TOO_LONG = "prompt is too long: 210000 tokens > 200000 maximum"
@@ -153,7 +156,10 @@ def request(**overrides: Any) -> ModelRequest:
         "max_tokens": 8000,
         "system": [{"type": "text", "text": "You design evaluation scenarios.", "cache_control": EPHEMERAL}],
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "Design a refund-policy scenario.", "cache_control": EPHEMERAL}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Design a refund-policy scenario.", "cache_control": EPHEMERAL}],
+            },
         ],
         "tools": [tool("LS"), tool("Read")],
     }
@@ -194,7 +200,9 @@ def test_tool_use_response_keeps_the_call_and_its_input():
     assert response.stop_reason == "tool_use"
     text, call = response.content
     assert isinstance(text, TextBlock)
-    assert call == ToolUseBlock(id="toolu_01A09q90qw90lq917835lq9", name="LS", input={"path": "tools", "ignore": ["__pycache__"]})
+    assert call == ToolUseBlock(
+        id="toolu_01A09q90qw90lq917835lq9", name="LS", input={"path": "tools", "ignore": ["__pycache__"]}
+    )
 
 
 def test_usage_maps_cache_fields_and_none_is_zero():
@@ -211,10 +219,19 @@ def test_unknown_blocks_are_skipped_and_text_and_thinking_kept():
     body = TEXT_BODY | {
         "content": [
             {"type": "thinking", "thinking": "The user wants a policy check.", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA"},
-            {"type": "server_tool_use", "id": "srvtoolu_01WYG3ziw53XMcoyKL4XcZmE", "name": "web_search", "input": {"query": "refund policy"}},
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_01WYG3ziw53XMcoyKL4XcZmE",
+                "name": "web_search",
+                "input": {"query": "refund policy"},
+            },
             {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01WYG3ziw53XMcoyKL4XcZmE", "content": []},
             {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
-            {"type": "text", "text": "Found it.", "citations": [{"type": "web_search_result_location", "url": "https://example.com"}]},
+            {
+                "type": "text",
+                "text": "Found it.",
+                "citations": [{"type": "web_search_result_location", "url": "https://example.com"}],
+            },
         ]
     }
     content = make(FakeApi(ok(body))).create(request()).content
@@ -227,14 +244,27 @@ def test_unknown_blocks_are_skipped_and_text_and_thinking_kept():
 @pytest.mark.parametrize(
     "reply, words",
     [
-        (httpx2.Response(200, content=b"<html><body>502 Bad Gateway</body></html>", headers={"content-type": "text/html"}), "not valid JSON"),
-        (httpx2.Response(200, content=b'{"id": "msg_01", "type": "mess', headers={"content-type": "application/json"}), "not valid JSON"),
+        (
+            httpx2.Response(
+                200, content=b"<html><body>502 Bad Gateway</body></html>", headers={"content-type": "text/html"}
+            ),
+            "not valid JSON",
+        ),
+        (
+            httpx2.Response(
+                200, content=b'{"id": "msg_01", "type": "mess', headers={"content-type": "application/json"}
+            ),
+            "not valid JSON",
+        ),
         (httpx2.Response(200, content=b"", headers={"content-type": "application/json"}), "not valid JSON"),
         (ok({k: v for k, v in TEXT_BODY.items() if k != "content"}), "missing 'content'"),
         (ok(TEXT_BODY | {"content": "Hello"}), "'content' of type str"),
         (httpx2.Response(200, json=[TEXT_BODY], headers=JSON_HEADERS), "JSON list"),
         (ok(TEXT_BODY | {"type": "error"}), "type 'error'"),
-        (ok(TEXT_BODY | {"content": [{"type": "tool_use", "name": "LS", "input": {}}]}), r"block 0 \(tool_use\) is invalid: id"),
+        (
+            ok(TEXT_BODY | {"content": [{"type": "tool_use", "name": "LS", "input": {}}]}),
+            r"block 0 \(tool_use\) is invalid: id",
+        ),
         (ok(TEXT_BODY | {"usage": "lots"}), "'usage' of type str"),
     ],
 )
@@ -287,7 +317,11 @@ def test_markers_inside_tool_results_are_counted_but_not_schema_properties():
     schema_tool = tool("Config") | {
         "input_schema": {"type": "object", "properties": {"cache_control": {"type": "string"}}}
     }
-    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "ok", "cache_control": EPHEMERAL}]}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [{"type": "text", "text": "ok", "cache_control": EPHEMERAL}],
+    }
     req = request(
         messages=marked(2)[:-1] + [{"role": "user", "content": [result]}],
         tools=[schema_tool],
@@ -521,7 +555,10 @@ def test_prompt_too_long_matches_any_case_and_413_too():
 
 def test_input_plus_max_tokens_over_the_window_is_also_too_long():
     # The API's wording when the prompt fits but prompt + max_tokens does not.
-    message = "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again"
+    message = (
+        "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, "
+        "decrease input length or `max_tokens` and try again"
+    )
     api = FakeApi(api_error(400, "invalid_request_error", message))
     with pytest.raises(PromptTooLong, match="188240"):
         make(api).create(request())

@@ -20,9 +20,19 @@ def write_toml(tmp_path: Path, body: str, name: str = "demo-scenario") -> Path:
 
 
 SPEC_TABLE = {
-    "init": {"model": "claude-opus-4-5", "window": 200_000, "threshold": 150_000, "keep_last_steps": 3, "queue": "init"},
+    "init": {
+        "model": "claude-opus-4-5",
+        "window": 200_000,
+        "threshold": 150_000,
+        "keep_last_steps": 3,
+        "queue": "init",
+    },
     "execute": {
-        "model": "claude-sonnet-4-5", "window": 1_000_000, "threshold": 700_000, "keep_last_steps": 5, "queue": "execute"
+        "model": "claude-sonnet-4-5",
+        "window": 1_000_000,
+        "threshold": 700_000,
+        "keep_last_steps": 5,
+        "queue": "execute",
     },
 }
 SHARED_DEFAULTS = {
@@ -49,7 +59,11 @@ def test_demo_profile_shrinks_windows():
     assert (init.context.window, init.context.threshold) == (16_000, 11_000)
     assert (execute.context.window, execute.context.threshold) == (24_000, 18_000)
     for config in configs.values():
-        assert (config.context.start_tokens, config.context.max_tokens, config.model.summary_max_tokens) == (2_000, 2_048, 1_500)
+        assert (config.context.start_tokens, config.context.max_tokens, config.model.summary_max_tokens) == (
+            2_000,
+            2_048,
+            1_500,
+        )
         assert config.betas == []
     assert init.model.name == "claude-opus-4-5" and execute.context.keep_last_steps == 5  # the rest is unchanged
 
@@ -88,7 +102,9 @@ def test_unknown_profile_lists_the_profiles(kwargs, source):
 
 def test_unknown_profile_in_toml(tmp_path):
     toml = write_toml(tmp_path, 'profile = "huge"\n')
-    with pytest.raises(ConfigError, match=r"scenario\.toml: profile: unknown profile 'huge'; known profiles: default, demo"):
+    with pytest.raises(
+        ConfigError, match=r"scenario\.toml: profile: unknown profile 'huge'; known profiles: default, demo"
+    ):
         resolve_config("init", scenario_toml=toml, env=NO_ENV)
 
 
@@ -138,7 +154,14 @@ def test_overrides_can_target_one_role():
 
 @pytest.mark.parametrize(
     "text, value",
-    [("700000", 700_000), ("700_000", 700_000), ("700k", 700_000), ("1M", 1_000_000), ("1.5m", 1_500_000), (" 42 ", 42)],
+    [
+        ("700000", 700_000),
+        ("700_000", 700_000),
+        ("700k", 700_000),
+        ("1M", 1_000_000),
+        ("1.5m", 1_500_000),
+        (" 42 ", 42),
+    ],
 )
 def test_parse_int(text, value):
     assert parse_int(text) == value
@@ -236,7 +259,10 @@ def test_error_names_profile_as_source():
 
 
 def test_threshold_plus_output_must_fit_the_window():
-    with pytest.raises(ConfigError, match=r"init\.threshold = 195000 .* plus init\.max_tokens = 8192 \(from built-in default\) must fit"):
+    with pytest.raises(
+        ConfigError,
+        match=r"init\.threshold = 195000 .* plus init\.max_tokens = 8192 \(from built-in default\) must fit",
+    ):
         resolve_config("init", env=NO_ENV, overrides={"threshold": 195_000})
 
 
@@ -273,7 +299,9 @@ def test_unknown_model_lists_the_known_ones():
 
 def test_wrong_type_in_toml_names_field_and_source(tmp_path):
     toml = write_toml(tmp_path, '[agents.init]\nwindow = "200k"\n')
-    with pytest.raises(ConfigError, match=r"init\.window = '200k' \(from .*scenario\.toml \[agents\.init\]\): .*integer"):
+    with pytest.raises(
+        ConfigError, match=r"init\.window = '200k' \(from .*scenario\.toml \[agents\.init\]\): .*integer"
+    ):
         resolve_config("init", scenario_toml=toml, env=NO_ENV)
 
 
@@ -312,8 +340,15 @@ def test_scenario_defaults(tmp_path):
 @pytest.mark.parametrize(
     "body, expected",
     [
-        ("[agents.execute]\nthreshhold = 1\n", r"unknown setting 'threshhold' \(did you mean 'threshold'\?\) in \[agents\.execute\]; valid settings: model, "),
-        ("[agents]\nwindoww = 1\n", r"unknown setting 'windoww' .* in \[agents\]; valid settings: .*, plus the init and execute tables"),
+        (
+            "[agents.execute]\nthreshhold = 1\n",
+            r"unknown setting 'threshhold' \(did you mean 'threshold'\?\) in \[agents\.execute\]; "
+            r"valid settings: model, ",
+        ),
+        (
+            "[agents]\nwindoww = 1\n",
+            r"unknown setting 'windoww' .* in \[agents\]; valid settings: .*, plus the init and execute tables",
+        ),
         ("[agents]\ninit = 3\n", r"\[agents\.init\] must be a table"),
         ("colour = 'red'\n", r"unknown key 'colour'; valid keys: name, description, target_success_rate"),
         ("target_success_rate = 2\n", r"target_success_rate = 2: .*less than or equal to 1"),
@@ -369,5 +404,11 @@ def test_betas_only_above_200k(model, window, betas):
 def test_policy_maps_the_context_parameters():
     config = resolve_config("execute", env=NO_ENV, overrides={"batch": 3, "start_tokens": 0, "payback_calls": 7})
     assert config.context == Policy(
-        window=1_000_000, threshold=700_000, keep_last_steps=5, batch=3, start_tokens=0, payback_calls=7, max_tokens=8_192
+        window=1_000_000,
+        threshold=700_000,
+        keep_last_steps=5,
+        batch=3,
+        start_tokens=0,
+        payback_calls=7,
+        max_tokens=8_192,
     )

@@ -62,7 +62,9 @@ class _Line(NamedTuple):
     text: str
 
 
-_KEY = re.compile(r"""(?P<key>"(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s#'"\[\]{}&*!|>%@`-][^#]*?|-[^\s#][^#]*?):(?:\s+|$)""")
+_KEY = re.compile(
+    r"""(?P<key>"(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s#'"\[\]{}&*!|>%@`-][^#]*?|-[^\s#][^#]*?):(?:\s+|$)"""
+)
 _INT = re.compile(r"[-+]?(?:0|[1-9][0-9_]*)")
 _FLOAT = re.compile(r"[-+]?(?:[0-9][0-9_]*\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}

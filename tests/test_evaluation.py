@@ -93,7 +93,9 @@ def check_refund_policy(sample, outcome):
 '''
 
 
-def sample(sid: str, actions: list[tuple[str, dict[str, Any]]], expected: list[Any] | None = None, **extra: Any) -> dict[str, Any]:
+def sample(
+    sid: str, actions: list[tuple[str, dict[str, Any]]], expected: list[Any] | None = None, **extra: Any
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": sid,
         "instruction": f"instruction of {sid}",
@@ -139,15 +141,29 @@ def trace(root: Path, sid: str) -> dict[str, Any]:
     return json.loads((root / "execution_outputs" / "iteration_1" / "traces" / f"{sid}.json").read_text())
 
 
-PASSING = sample("ok", [("refund", {"order_id": "A1"})], [{"refunded": True, "amount": 30}], expected_state={"orders.A1.status": "refunded"})
+PASSING = sample(
+    "ok",
+    [("refund", {"order_id": "A1"})],
+    [{"refunded": True, "amount": 30}],
+    expected_state={"orders.A1.status": "refunded"},
+)
 
 
 def test_passing_sample(tmp_path: Path) -> None:
     build(tmp_path, [PASSING])
     report, results = evaluate(tmp_path)
     assert report["passed"] == 1 and report["success_rate"] == 1.0
-    assert results["ok"] == {**results["ok"], "passed": True, "layer": None, "outputs": [{"refunded": True, "amount": 30}]}
-    assert trace(tmp_path, "ok")["checkers"][0] == {"checker": "policy.check_refund_policy", "passed": True, "reason": "R1 respected"}
+    assert results["ok"] == {
+        **results["ok"],
+        "passed": True,
+        "layer": None,
+        "outputs": [{"refunded": True, "amount": 30}],
+    }
+    assert trace(tmp_path, "ok")["checkers"][0] == {
+        "checker": "policy.check_refund_policy",
+        "passed": True,
+        "reason": "R1 respected",
+    }
 
 
 def test_the_two_by_two(tmp_path: Path) -> None:
@@ -261,7 +277,11 @@ def test_checker_failures_are_l3(tmp_path: Path, checkers: dict[str, str], needl
 
 def test_design_issue_wins_over_a_broken_checker(tmp_path: Path) -> None:
     broken = "def check_a(sample, outcome):\n    raise ValueError('bug')\n"
-    build(tmp_path, [sample("amb", [("get_order", {"order_id": "A1"})], rules=["R9"])], checkers={"a.py": broken, "policy.py": POLICY})
+    build(
+        tmp_path,
+        [sample("amb", [("get_order", {"order_id": "A1"})], rules=["R9"])],
+        checkers={"a.py": broken, "policy.py": POLICY},
+    )
     _, results = evaluate(tmp_path)
     assert results["amb"]["layer"] == "L1"
 
@@ -290,9 +310,14 @@ def test_tool_that_eats_memory_is_l2(tmp_path: Path) -> None:
 
 
 def test_checker_that_loops_forever_is_l3(tmp_path: Path) -> None:
-    build(tmp_path, [PASSING], checkers={"loop.py": "def check_loop(sample, outcome):\n    while True:\n        pass\n"})
+    build(
+        tmp_path, [PASSING], checkers={"loop.py": "def check_loop(sample, outcome):\n    while True:\n        pass\n"}
+    )
     _, results = evaluate(tmp_path)
-    assert results["ok"]["layer"] == "L3" and "time limit (2 s) reached in checker loop.check_loop" in results["ok"]["reason"]
+    assert (
+        results["ok"]["layer"] == "L3"
+        and "time limit (2 s) reached in checker loop.check_loop" in results["ok"]["reason"]
+    )
 
 
 def test_child_does_not_see_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -348,7 +373,13 @@ def test_same_and_lookup() -> None:
 
 
 def ctx(root: Path, iteration: int = 1) -> ToolContext:
-    return ToolContext(root=root, agent="execute", iteration=iteration, model_label="simulated", settings=ToolSettings(eval_timeout_s=TIMEOUT_S, eval_memory_mb=MEMORY_MB))
+    return ToolContext(
+        root=root,
+        agent="execute",
+        iteration=iteration,
+        model_label="simulated",
+        settings=ToolSettings(eval_timeout_s=TIMEOUT_S, eval_memory_mb=MEMORY_MB),
+    )
 
 
 def test_tool_envelope(tmp_path: Path) -> None:
@@ -383,7 +414,11 @@ def test_tool_input_errors(tmp_path: Path, tool_input: dict[str, Any], needle: s
 
 def test_tool_missing_folders(tmp_path: Path) -> None:
     result = RunEvaluation().run({}, ctx(tmp_path))
-    assert result.status == "error" and "tools/ does not exist" in (result.error or "") and "tools/tools.py" in (result.error or "")
+    assert (
+        result.status == "error"
+        and "tools/ does not exist" in (result.error or "")
+        and "tools/tools.py" in (result.error or "")
+    )
     (tmp_path / "execution_outputs" / "iteration_1" / "tools").mkdir(parents=True)
     result = RunEvaluation().run({}, ctx(tmp_path))
     assert result.status == "error" and "no samples in execution_outputs/iteration_1/samples/" in (result.error or "")

@@ -28,7 +28,9 @@ def ctx(tmp_path: Path) -> ToolContext:
 
 @pytest.fixture
 def bash_ctx(tmp_path: Path) -> ToolContext:
-    return ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_timeout_s=20))
+    return ToolContext(
+        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_timeout_s=20)
+    )
 
 
 def call(ctx: ToolContext, name: str, **tool_input) -> ToolResult:
@@ -376,7 +378,9 @@ def test_bash_timeout_kills_the_process_group(bash_ctx, tmp_path):
 
 
 def test_bash_caps_huge_output(tmp_path):
-    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=2000))
+    ctx = ToolContext(
+        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=2000)
+    )
     data = good(ctx, "Bash", command="yes | head -c 20000000; echo done >&2")
     assert data["exit_code"] == 0 and len(data["stdout"]) < 2500
     assert "bytes omitted" in data["stdout"] and data["stdout"].startswith("y\ny\n")
@@ -384,7 +388,9 @@ def test_bash_caps_huge_output(tmp_path):
 
 
 def test_bash_endless_output_stays_bounded(tmp_path):
-    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=1000))
+    ctx = ToolContext(
+        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=1000)
+    )
     data = good(ctx, "Bash", command="yes", timeout_s=1)
     assert data["timed_out"] is True and len(data["stdout"]) < 1500
 
@@ -399,7 +405,9 @@ def test_bash_does_not_see_secrets(bash_ctx, monkeypatch):
 
 
 def test_bash_timeout_is_capped_by_config(tmp_path):
-    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_timeout_s=1))
+    ctx = ToolContext(
+        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_timeout_s=1)
+    )
     assert good(ctx, "Bash", command="sleep 5", timeout_s=100)["timed_out"] is True
     assert "positive" in bad(ctx, "Bash", command="true", timeout_s=-1)
 
@@ -423,7 +431,11 @@ def test_results_compress_to_their_facts(bash_ctx, tmp_path):
     calls = [
         ("Read", {"path": "design/spec.md"}, "design/spec.md"),
         ("Write", {"path": "out/w.md", "content": "x\n" * 3000}, "out/w.md"),
-        ("Edit", {"path": "design/spec.md", "old_string": "rule 7\n", "new_string": "rule seven\n" * 400}, "design/spec.md"),
+        (
+            "Edit",
+            {"path": "design/spec.md", "old_string": "rule 7\n", "new_string": "rule seven\n" * 400},
+            "design/spec.md",
+        ),
         ("LS", {"path": "design"}, "design"),
         ("Glob", {"pattern": "**/*.md"}, "**/*.md"),
         ("Grep", {"pattern": "rule 1"}, "design/spec.md"),
@@ -455,6 +467,8 @@ def test_refusals_are_error_results_not_exceptions(ctx):
 
 
 def test_bash_cut_does_not_split_characters(tmp_path):
-    ctx = ToolContext(root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=51))
+    ctx = ToolContext(
+        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=51)
+    )
     data = good(ctx, "Bash", command=f"{sys.executable} -c \"print('é€😀' * 500)\"")
     assert "bytes omitted" in data["stdout"] and "\ufffd" not in data["stdout"]

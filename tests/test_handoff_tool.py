@@ -35,9 +35,13 @@ def test_valid_init_payload_is_written_and_ends_the_turn(tmp_path):
 
 
 def test_invalid_payload_comes_back_as_an_error_naming_fields(tmp_path):
-    result = SubmitHandoff("init").run({"payload": _init_payload(iteration=0, design_files=["../x.md"])}, ToolContext(tmp_path, "init", 1))
+    result = SubmitHandoff("init").run(
+        {"payload": _init_payload(iteration=0, design_files=["../x.md"])}, ToolContext(tmp_path, "init", 1)
+    )
     assert result.status == "error" and not result.ends_turn
-    assert "iteration" in result.error and "design_files[0]" in result.error and "call SubmitHandoff again" in result.error
+    assert (
+        "iteration" in result.error and "design_files[0]" in result.error and "call SubmitHandoff again" in result.error
+    )
     assert not (tmp_path / "handoffs").exists()
 
 

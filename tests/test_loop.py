@@ -105,6 +105,10 @@ def test_a_new_run_archives_the_finished_one(root):
     first = load_run(root)
     run_embedded(start(root, auto_approve=True), _team(root))
     archived = list((root / "runs").iterdir())
-    assert len(archived) == 1 and (archived[0] / "run.json").is_file() and (archived[0] / "state/execute/log.jsonl").is_file()
+    assert (
+        len(archived) == 1
+        and (archived[0] / "run.json").is_file()
+        and (archived[0] / "state/execute/log.jsonl").is_file()
+    )
     assert load_run(root).started_at >= first.started_at and load_run(root).phase == "done"
     assert_log_consistent(root, "execute")

@@ -36,10 +36,17 @@ def _outputs(root: Path) -> dict[str, str]:
     files = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and not rel.startswith("state/") and "traces/" not in rel and not rel.endswith(("report.json", "results.jsonl")):
+        if (
+            path.is_file()
+            and not rel.startswith("state/")
+            and "traces/" not in rel
+            and not rel.endswith(("report.json", "results.jsonl"))
+        ):
             files[rel] = path.read_text()
     report = json.loads((root / "execution_outputs/iteration_1/report.json").read_text())
-    files["report"] = json.dumps({k: report[k] for k in ("total", "passed", "failures_per_layer", "failures")}, sort_keys=True)
+    files["report"] = json.dumps(
+        {k: report[k] for k in ("total", "passed", "failures_per_layer", "failures")}, sort_keys=True
+    )
     return files
 
 

@@ -37,7 +37,9 @@ CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("point", ["after_model_call", "after_tool:0", "before_persist_results"])
 def test_sigkill_mid_step_then_resume(tmp_path, point):
     root = copy_example(tmp_path)
-    child = subprocess.run([sys.executable, "-c", CHILD, str(root), point, "3"], cwd=REPO, capture_output=True, timeout=300)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(root), point, "3"], cwd=REPO, capture_output=True, timeout=300
+    )
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
     killed_at = len(AgentDisk.load(root, "init").steps)
     assert killed_at in (2, 3)

@@ -22,8 +22,13 @@ KEY = "sk-ant-api03-" + "k" * 60
 
 def _message(content: list[dict], stop: str, usage: dict) -> dict:
     return {
-        "id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message", "role": "assistant", "model": "claude-opus-4-5-20251101",
-        "content": content, "stop_reason": stop, "stop_sequence": None,
+        "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-4-5-20251101",
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
         "usage": {"input_tokens": 12, "output_tokens": 48, "service_tier": "standard", **usage},
     }
 
@@ -35,12 +40,18 @@ class Api:
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.requests.append(request)
         status = 200 if self.bodies[0].get("type") == "message" else 429
-        return httpx2.Response(status, json=self.bodies.pop(0), headers={"content-type": "application/json", "request-id": "req_1", "retry-after": "0"})
+        return httpx2.Response(
+            status,
+            json=self.bodies.pop(0),
+            headers={"content-type": "application/json", "request-id": "req_1", "retry-after": "0"},
+        )
 
 
 def _agent(root, role: str, api: Api) -> Agent:
     base = agents(root)[role]
-    model = AnthropicModel(api_key=KEY, http_client=httpx2.Client(transport=httpx2.MockTransport(api)), sleep=lambda s: None)
+    model = AnthropicModel(
+        api_key=KEY, http_client=httpx2.Client(transport=httpx2.MockTransport(api)), sleep=lambda s: None
+    )
     return Agent(base.config, model)
 
 
@@ -48,9 +59,18 @@ def test_a_step_through_the_sdk_persists_the_response_and_runs_its_tools(tmp_pat
     root = copy_example(tmp_path)
     read = {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "Read", "input": {"path": "brief.md"}}
     api = Api(
-        {"type": "error", "error": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}},
-        _message([{"type": "text", "text": "I'll start by reading the brief."}, read], "tool_use",
-                 {"cache_creation_input_tokens": 4100, "cache_read_input_tokens": 0}),
+        {
+            "type": "error",
+            "error": {
+                "type": "rate_limit_error",
+                "message": "Number of request tokens has exceeded your per-minute rate limit",
+            },
+        },
+        _message(
+            [{"type": "text", "text": "I'll start by reading the brief."}, read],
+            "tool_use",
+            {"cache_creation_input_tokens": 4100, "cache_read_input_tokens": 0},
+        ),
     )
     agent = _agent(root, "init", api)
     open_turn(root, "init", 1, init_opening(root.name, 1), key="iteration-1")
@@ -61,8 +81,19 @@ def test_a_step_through_the_sdk_persists_the_response_and_runs_its_tools(tmp_pat
     body = json.loads(api.requests[-1].content)
     assert body["model"] == "claude-opus-4-5" and body["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
-    assert {t["name"] for t in body["tools"]} >= {"Read", "Write", "Edit", "LS", "Glob", "Grep", "TodoWrite", "SubmitHandoff"}
-    assert "Bash" not in {t["name"] for t in body["tools"]} and "RunEvaluation" not in {t["name"] for t in body["tools"]}
+    assert {t["name"] for t in body["tools"]} >= {
+        "Read",
+        "Write",
+        "Edit",
+        "LS",
+        "Glob",
+        "Grep",
+        "TodoWrite",
+        "SubmitHandoff",
+    }
+    assert "Bash" not in {t["name"] for t in body["tools"]} and "RunEvaluation" not in {
+        t["name"] for t in body["tools"]
+    }
     assert "anthropic-beta" not in api.requests[-1].headers  # a 16k window needs no 1M beta
     assert KEY not in json.dumps(body)
 
@@ -78,7 +109,9 @@ def test_execute_with_a_1m_window_sends_the_beta_header(tmp_path):
     root = copy_example(tmp_path)
     api = Api(_message([{"type": "tool_use", "id": "toolu_01", "name": "LS", "input": {}}], "tool_use", {}))
     base = agents(root, profile="default")["execute"].config
-    model = AnthropicModel(api_key=KEY, http_client=httpx2.Client(transport=httpx2.MockTransport(api)), sleep=lambda s: None)
+    model = AnthropicModel(
+        api_key=KEY, http_client=httpx2.Client(transport=httpx2.MockTransport(api)), sleep=lambda s: None
+    )
     open_turn(root, "execute", 1, "Iteration: 1\nScenario: refund_desk\n\nStart.", key="iteration-1")
     assert run_step(root, Agent(base, model)).status == "continue"
     assert "context-1m-2025-08-07" in api.requests[0].headers["anthropic-beta"]
@@ -87,13 +120,29 @@ def test_execute_with_a_1m_window_sends_the_beta_header(tmp_path):
 def test_compaction_through_the_sdk_asks_for_text_only(tmp_path):
     root = copy_example(tmp_path)
     summary = {
-        "current_design_summary": {"unified_scenario_design": "refund desk", "business_rules_key_points": ["R1"], "format_specifications": "see design/format_spec.md"},
-        "execute_feedback_summary": {"execution_output_dir": None, "total_failure_samples": 0, "layer1_problems_summary": []},
-        "analysis_conclusions": [], "pending_actions": ["write design"], "key_paths": {"brief": "brief.md"},
+        "current_design_summary": {
+            "unified_scenario_design": "refund desk",
+            "business_rules_key_points": ["R1"],
+            "format_specifications": "see design/format_spec.md",
+        },
+        "execute_feedback_summary": {
+            "execution_output_dir": None,
+            "total_failure_samples": 0,
+            "layer1_problems_summary": [],
+        },
+        "analysis_conclusions": [],
+        "pending_actions": ["write design"],
+        "key_paths": {"brief": "brief.md"},
     }
     api = Api(
-        _message([{"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {"path": "brief.md"}}], "tool_use", {}),
-        _message([{"type": "text", "text": f"<compact_summary>{json.dumps(summary)}</compact_summary>"}], "end_turn", {"cache_read_input_tokens": 4000}),
+        _message(
+            [{"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {"path": "brief.md"}}], "tool_use", {}
+        ),
+        _message(
+            [{"type": "text", "text": f"<compact_summary>{json.dumps(summary)}</compact_summary>"}],
+            "end_turn",
+            {"cache_read_input_tokens": 4000},
+        ),
     )
     agent = _agent(root, "init", api)
     open_turn(root, "init", 1, init_opening(root.name, 1), key="iteration-1")

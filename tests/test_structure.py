@@ -84,6 +84,10 @@ def test_no_import_cycles():
                     reason="ruff is not installed (pip install -e '.[test]' brings it)")
 def test_lines_fit_in_120_columns():
     ruff = shutil.which("ruff") or str(REPO / ".venv/bin/ruff")
-    done = subprocess.run([ruff, "check", "--select", "E501", "--output-format", "concise", *PACKAGES, "bench", "tests"],
-                          cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [ruff, "check", "--select", "E501", "--output-format", "concise", *PACKAGES, "bench", "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -121,7 +121,9 @@ def test_run_to_done_on_three_workers(broker, request, tmp_path):
     logs = {q: next(p for p in cluster.procs if p.name == f"worker-{q}").tail(10**7) for q in QUEUES}
     for role in ROLES:
         other = next(r for r in ROLES if r != role)
-        assert f"'agent': '{role}', 'step': 1, 'status': 'continue'" in logs[role], f"the {role} worker ran no {role} step"
+        assert f"'agent': '{role}', 'step': 1, 'status': 'continue'" in logs[role], (
+            f"the {role} worker ran no {role} step"
+        )
         assert f"'agent': '{other}'" not in logs[role], f"the {role} worker ran a {other} step"
     assert "Task baton.compaction[" in logs["compaction"] and "Task baton.step[" not in logs["compaction"]
 
@@ -129,7 +131,9 @@ def test_run_to_done_on_three_workers(broker, request, tmp_path):
 # ---- 2. kill -9 inside a step, a new worker finishes the run ------------------------------
 
 
-def freeze_inside_tool(cluster: Cluster, worker: Proc, tool: str | None = None, after_steps: int = 0) -> tuple[int, dict]:
+def freeze_inside_tool(
+    cluster: Cluster, worker: Proc, tool: str | None = None, after_steps: int = 0
+) -> tuple[int, dict]:
     """Wait until ``worker``'s pool process runs the tools of a persisted response (of ``tool``,
     once the execute log has ``after_steps`` steps) and SIGSTOP it there: the response is on
     disk, its results are not, and nothing moves until the test kills or resumes it."""
@@ -153,7 +157,9 @@ def freeze_inside_tool(cluster: Cluster, worker: Proc, tool: str | None = None, 
             return None
         return pool[0], step
 
-    return wait_for(frozen, f"the execute worker inside a {tool or 'tool'} step", diagnose=cluster.diagnose, interval=0.01)
+    return wait_for(
+        frozen, f"the execute worker inside a {tool or 'tool'} step", diagnose=cluster.diagnose, interval=0.01
+    )
 
 
 def test_kill9_inside_a_step_then_a_new_worker_finishes(cluster):
@@ -230,8 +236,13 @@ def test_duplicated_and_redelivered_tasks_do_nothing_twice(cluster):
     last = {role: max(s for (a, s, _) in steps if a == role) for role in ROLES}
     ordinary = min(s for (a, s, status) in steps if a == "execute" and status == "continue")
     again = [("baton.step", steps[("execute", ordinary, "continue")], [SCENARIO, "execute", ordinary], "execute")]
-    again += [("baton.step", steps[(role, last[role], "handoff")], [SCENARIO, role, last[role]], role) for role in ROLES]
-    again += [("baton.compaction", tid, [SCENARIO, r["agent"], r["after_step"]], "compaction") for tid, r in compactions.items()]
+    again += [
+        ("baton.step", steps[(role, last[role], "handoff")], [SCENARIO, role, last[role]], role) for role in ROLES
+    ]
+    again += [
+        ("baton.compaction", tid, [SCENARIO, r["agent"], r["after_step"]], "compaction")
+        for tid, r in compactions.items()
+    ]
     again += [("baton.phase", tid, [SCENARIO], "compaction") for tid in phases]
     for name, task_id, args, queue in again:
         app.AsyncResult(task_id).forget()
@@ -245,7 +256,9 @@ def test_duplicated_and_redelivered_tasks_do_nothing_twice(cluster):
 
     for role in ROLES:
         assert (cluster.root / "state" / role / "log.jsonl").read_bytes() == logs_before[role], f"{role}'s log changed"
-        assert (cluster.root / "state" / role / "events.jsonl").read_bytes() == events_before[role], f"{role}'s events changed"
+        assert (cluster.root / "state" / role / "events.jsonl").read_bytes() == events_before[role], (
+            f"{role}'s events changed"
+        )
     assert (cluster.root / "run.json").read_bytes() == run_before
     disks = cluster.agent_logs()
     assert_each_response_once(disks)
@@ -325,7 +338,7 @@ def test_flower_lists_step_and_compaction_tasks(cluster):
         finished = [t for t in tasks if t.get("state") == "SUCCESS"]
         steps = {tuple(ast.literal_eval(t["args"])) for t in finished if t["name"] == "baton.step"}
         compactions = {tuple(ast.literal_eval(t["args"])) for t in finished if t["name"] == "baton.compaction"}
-        ok = ({(SCENARIO, *s) for s in want_steps} <= steps and {(SCENARIO, *c) for c in want_compactions} <= compactions)
+        ok = {(SCENARIO, *s) for s in want_steps} <= steps and {(SCENARIO, *c) for c in want_compactions} <= compactions
         return tasks if ok else None
 
     tasks = wait_for(listed, "Flower to list every step and compaction task", timeout=60,

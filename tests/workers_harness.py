@@ -359,7 +359,9 @@ class Cluster:
             return None
         return last
 
-    def wait_run(self, predicate: Callable[[dict[str, Any]], bool], what: str, timeout: float = WAIT_S) -> dict[str, Any]:
+    def wait_run(
+        self, predicate: Callable[[dict[str, Any]], bool], what: str, timeout: float = WAIT_S
+    ) -> dict[str, Any]:
         def check():
             self.check_workers()
             record = self.run_json()
@@ -383,7 +385,10 @@ class Cluster:
             steps = self.assistant_steps(role)
             parts.append(f"{role}: {len(steps)} assistant records, last step {steps[-1] if steps else None}")
         for proc in self.procs:
-            parts.append(f"--- {proc.name} (pid {proc.pid}, {'running' if proc.running() else proc.popen.returncode})\n{proc.tail(2500)}")
+            parts.append(
+                f"--- {proc.name} (pid {proc.pid}, {'running' if proc.running() else proc.popen.returncode})\n"
+                f"{proc.tail(2500)}"
+            )
         return "\n".join(parts)
 
     def agent_logs(self) -> dict[str, AgentDisk]:

@@ -61,7 +61,9 @@ def scenario_root(name: str, env: Mapping[str, str] | None = None) -> Path:
 class Team:
     """The two agents of one scenario, built once per process from its settings."""
 
-    def __init__(self, root: Path, model: Model | None = None, profile: str | None = None, env: Mapping[str, str] | None = None):
+    def __init__(
+        self, root: Path, model: Model | None = None, profile: str | None = None, env: Mapping[str, str] | None = None
+    ):
         if profile is None:  # the run keeps its profile: a resumed or approved run must not change windows
             record = load_run(root)
             profile = record.profile if record else None
@@ -129,7 +131,9 @@ def _ensure_opening(root: Path, record: RunRecord) -> None:
 
 def approve(root: Path) -> list[Task]:
     record = _expect_phase(root, "awaiting_approval", "approve")
-    write_json(Layout(root).handoffs(record.iteration) / "approval.json", {"approved": True, "iteration": record.iteration})
+    write_json(
+        Layout(root).handoffs(record.iteration) / "approval.json", {"approved": True, "iteration": record.iteration}
+    )
     return _open_execute(root, record)
 
 
@@ -138,7 +142,10 @@ def reject(root: Path, feedback: str) -> list[Task]:
         raise StoreError("a rejection needs feedback for Init: pass --feedback 'what to change'")
     record = _expect_phase(root, "awaiting_approval", "reject")
     rejections = len(list(Layout(root).handoffs(record.iteration).glob("rejection_*.json"))) + 1
-    write_json(Layout(root).handoffs(record.iteration) / f"rejection_{rejections}.json", {"approved": False, "feedback": feedback})
+    write_json(
+        Layout(root).handoffs(record.iteration) / f"rejection_{rejections}.json",
+        {"approved": False, "feedback": feedback},
+    )
     save_run(root, record.model_copy(update={"phase": "designing", "status": "running", "feedback": feedback}))
     return resume(root)
 
@@ -186,7 +193,11 @@ def do_phase(root: Path) -> list[Task]:
     record = load_run(root)
     if record is None or record.finished:
         return []
-    if record.phase == "designing" and _handoff_file(root, record.iteration, "init").exists() and AgentDisk.load(root, "init").turn_over():
+    if (
+        record.phase == "designing"
+        and _handoff_file(root, record.iteration, "init").exists()
+        and AgentDisk.load(root, "init").turn_over()
+    ):
         if record.auto_approve:
             return _open_execute(root, record)
         save_run(root, record.model_copy(update={"phase": "awaiting_approval", "status": "waiting"}))
@@ -227,7 +238,9 @@ def _payload(root: Path, iteration: int, agent: str) -> InitToExecute | ExecuteT
     try:
         return parse_payload_dict(kind, read_json(path, f"the {kind} handoff"))
     except ValueError as exc:
-        raise StoreError(f"{path} is not a valid {kind} payload ({exc}); restore it or let the agent hand off again") from None
+        raise StoreError(
+            f"{path} is not a valid {kind} payload ({exc}); restore it or let the agent hand off again"
+        ) from None
 
 
 def run_task(task: Task, team: Team, env: Mapping[str, str] | None = None) -> list[Task]:

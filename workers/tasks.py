@@ -85,7 +85,9 @@ def agent_lock(scenario: str, agent: str):
 def dispatch(tasks: list[Task]) -> None:
     for task in tasks:
         if task.kind == "step":
-            app.send_task("baton.step", args=[task.scenario, task.agent, task.number], queue=task.agent, priority=STEP_PRIORITY)
+            app.send_task(
+                "baton.step", args=[task.scenario, task.agent, task.number], queue=task.agent, priority=STEP_PRIORITY
+            )
         elif task.kind == "compaction":
             app.send_task("baton.compaction", args=[task.scenario, task.agent, task.number], queue="compaction",
                           priority=COMPACTION_PRIORITY)
@@ -101,10 +103,21 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
             outcome, following = do_step(root, _team(root), agent, step)
     except LockBusy as exc:
         raise self.retry(exc=exc, countdown=1) from None
-    self.send_event("task-progress", scenario=scenario, agent=agent, iteration=outcome.iteration, step=outcome.step,
-                    status=outcome.status, tokens=outcome.tokens_in_context, threshold=outcome.threshold, model=outcome.model)
+    self.send_event(
+        "task-progress",
+        scenario=scenario,
+        agent=agent,
+        iteration=outcome.iteration,
+        step=outcome.step,
+        status=outcome.status,
+        tokens=outcome.tokens_in_context,
+        threshold=outcome.threshold,
+        model=outcome.model,
+    )
     dispatch(following)
-    return outcome.model_dump(include={"agent", "step", "status", "reason", "iteration", "tokens_in_context", "threshold", "model"})
+    return outcome.model_dump(
+        include={"agent", "step", "status", "reason", "iteration", "tokens_in_context", "threshold", "model"}
+    )
 
 
 @app.task(name="baton.compaction", bind=True, max_retries=None)
