@@ -2,7 +2,7 @@
 
 Every opening starts with ``Iteration: <n>`` so the agent (and the simulated
 model) always knows which iteration the turn belongs to. Payloads are carried
-in their tagged form (SPEC §7).
+in their tagged form (docs/architecture.md, "The iteration loop").
 """
 
 from __future__ import annotations

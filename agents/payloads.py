@@ -32,7 +32,7 @@ class PayloadError(ValueError):
 
 
 def _relative_path(value: str) -> str:
-    # Agents are confined to the scenario folder (SPEC §6): a payload path that
+    # Agents are confined to the scenario folder (docs/agents.md, "Tools"): a payload path that
     # escapes it would make the other agent read or write outside.
     if not value.strip():
         raise ValueError("path must not be empty")

@@ -1,4 +1,4 @@
-"""The scenario folder on disk (SPEC §6): layout, atomic writes, fsynced appends.
+"""The scenario folder on disk (docs/architecture.md): layout, atomic writes, fsynced appends.
 
 Everything an agent produces or remembers lives here, so a run can be inspected
 and resumed from disk alone. Two write primitives only:
@@ -150,7 +150,7 @@ def read_json(path: Path, what: str) -> Any:
 
 @dataclass(frozen=True)
 class Layout:
-    """Paths of one scenario folder (SPEC §6)."""
+    """Paths of one scenario folder (docs/architecture.md, "The scenario folder")."""
 
     root: Path
 

@@ -1,4 +1,4 @@
-"""The Celery runtime with real processes (SPEC §7-§8): real workers on a private Redis.
+"""The Celery runtime with real processes (docs/deployment.md): real workers on a private Redis.
 
 Every test starts its own broker (a real ``redis-server`` on a free port, or fakeredis'
 ``TcpFakeServer``), real ``celery worker`` processes for the three queues, and runs the

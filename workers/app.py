@@ -1,4 +1,4 @@
-"""The Celery app: queues ``init``, ``execute``, ``compaction`` on Redis (SPEC §8).
+"""The Celery app: queues ``init``, ``execute``, ``compaction`` on Redis (docs/deployment.md).
 
 One setting names the broker: ``BATON_BROKER_URL`` (``CELERY_BROKER_URL`` is
 honoured too); the result backend is the same Redis. With neither set, baton

@@ -1,4 +1,4 @@
-"""The iteration loop of SPEC §7 as a state machine over the scenario folder.
+"""The iteration loop (docs/architecture.md) as a state machine over the scenario folder.
 
 No Celery here: every function reads the disk, does one thing, writes the disk
 and returns the ``Task``s that should run next. The Celery tasks and the
