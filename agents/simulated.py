@@ -7,7 +7,7 @@ real files. The same request always gets the same response.
 
 The model itself knows no scenario. What to write, read, fix and hand off is a
 *script* (``SimulationScript``), one per example scenario, kept beside it as
-``scenarios/<name>/simulation.py`` and loaded by name (``load_script``). The
+``scenarios/_simulations/<name>.py`` and loaded by name (``load_script``). The
 model brings the machinery every script shares:
 
 - Where am I? Every reply carries a small state marker
@@ -42,7 +42,6 @@ from agents.tools.base import parse_envelope
 from context.estimator import TokenEstimator
 from context.messages import Message, TextBlock, ToolUseBlock, Usage, parse_message
 from context.tokens import count_text
-from scenarios.run import SIMULATION_SCRIPT
 
 LABEL = "simulated"
 STATE_TAG = re.compile(r"<sim_state>(.*?)</sim_state>", re.DOTALL)
@@ -61,7 +60,7 @@ class SimulationError(ModelError):
 
 
 class SimulationScript(Protocol):
-    """What a scenario's ``simulation.py`` provides, as module-level names.
+    """What a scenario's script (``scenarios/_simulations/<name>.py``) provides, as module-level names.
 
     The state is a JSON-able dict the script owns, except for three keys the model keeps:
     ``queue`` (the move names still to play, which ``new_plan`` fills), ``done`` (the last
@@ -86,13 +85,14 @@ class SimulationScript(Protocol):
 # ---- loading a script by name -------------------------------------------------------------
 
 
-def _examples() -> Path:
-    # The installed ``scenarios`` package folder, not the user's scenarios dir: the scripts ship with baton.
-    return Path(str(files("scenarios")))
+def _scripts_folder() -> Path:
+    # In the installed ``scenarios`` package, not the user's scenarios dir: the scripts ship with baton.
+    # Outside every scenario folder, so no agent lists or reads the answers; "_" is never a scenario name.
+    return Path(str(files("scenarios"))) / "_simulations"
 
 
 def known_scripts() -> list[str]:
-    return sorted(path.parent.name for path in _examples().glob(f"*/{SIMULATION_SCRIPT}"))
+    return sorted(path.stem for path in _scripts_folder().glob("*.py"))
 
 
 class _NoBytecodeLoader(importlib.machinery.SourceFileLoader):
@@ -106,13 +106,13 @@ _scripts: dict[str, SimulationScript] = {}
 
 
 def load_script(name: str) -> SimulationScript:
-    """The script ``scenarios/<name>/simulation.py``, imported from its file path (the folder is not a package)."""
+    """The script ``scenarios/_simulations/<name>.py``, imported from its file path (the folder is not a package)."""
     if name in _scripts:
         return _scripts[name]
-    path = _examples() / name / SIMULATION_SCRIPT
+    path = _scripts_folder() / f"{name}.py"
     if not re.fullmatch(r"[A-Za-z0-9_]+", name) or not path.is_file():
         raise SimulationError(f"the simulated model has no script {name!r}; "
-                              f"scripts: {', '.join(known_scripts()) or 'none'} (scenarios/<name>/{SIMULATION_SCRIPT})")
+                              f"scripts: {', '.join(known_scripts()) or 'none'} (scenarios/_simulations/<name>.py)")
     module_name = f"baton_simulation_{name}"
     spec = importlib.util.spec_from_file_location(module_name, path, loader=_NoBytecodeLoader(module_name, str(path)))
     assert spec is not None and spec.loader is not None

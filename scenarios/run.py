@@ -67,14 +67,11 @@ def load_run(root: Path) -> RunRecord | None:
 
 
 RUN_OUTPUTS = ("run.json", "design", "handoffs", "execution_outputs", "state")
-# An example scenario may carry the simulated model's script for it (agents.simulated.load_script).
-# It is baton's, not the user's: a copy leaves it (and its bytecode) out, so the agents never list or read it.
-SIMULATION_SCRIPT = "simulation.py"
 
 
 def copy_scenario(source: Path, target: Path) -> Path:
-    """A fresh copy of a scenario folder: its definition, none of its run outputs, not the simulated model's script."""
-    ignore = shutil.ignore_patterns(*RUN_OUTPUTS, "runs", SIMULATION_SCRIPT, "__pycache__")
+    """A fresh copy of a scenario folder: its definition, none of its run outputs."""
+    ignore = shutil.ignore_patterns(*RUN_OUTPUTS, "runs", "__pycache__")
     shutil.copytree(source, target, ignore=ignore)
     return target
 

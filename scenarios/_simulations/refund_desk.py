@@ -16,9 +16,9 @@ evaluation finds real failures in every layer:
 Execute fixes L2-L4 with Edit after reading the report; Init's redesign adds
 rule R8 (precedence), which fixes L1, so iteration 2 passes.
 
-This file is baton's, not the scenario's: ``scenarios.run.copy_scenario``
-leaves it out of users' copies. For a brief it does not know, the Execute
-plan says so instead of pretending.
+This file is baton's, not the scenario's: it sits outside the scenario folder
+(``scenarios/_simulations/``), so no agent lists or reads it. For a brief it
+does not know, the Execute plan says so instead of pretending.
 """
 
 from __future__ import annotations
