@@ -51,6 +51,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_DOC, REPO_ROOT, md_table, write_section
 
+from agents.disk import AgentDisk
+from agents.events import CompactionRecord, StepEvent
 from scenarios.run import copy_scenario
 
 PROBE_URL_ENV = "BATON_BENCH_BROKER_URL"  # set only in the probe workers' environment
@@ -418,32 +420,16 @@ def copy_scenarios(dest: Path, count: int) -> list[Path]:
 def count_run(roots: list[Path]) -> dict[str, int]:
     steps = compactions = 0
     for root in roots:
-        for log in root.glob("state/*/log.jsonl"):
-            for line in log.read_text(encoding="utf-8").splitlines():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                steps += (rec.get("message") or {}).get("role") == "assistant"
-        for events in root.glob("state/*/events.jsonl"):
-            for line in events.read_text(encoding="utf-8").splitlines():
-                try:
-                    compactions += json.loads(line).get("kind") == "compaction"
-                except ValueError:
-                    continue
+        for role in ("init", "execute"):
+            disk = AgentDisk.load(root, role)
+            steps += len(disk.steps)
+            compactions += sum(isinstance(e, CompactionRecord) for e in disk.events)
     return {"steps": steps, "compactions": compactions}
 
 
 def count_evaluations(roots: list[Path]) -> int:
-    n = 0
-    for root in roots:
-        for line in (root / "state" / "execute" / "events.jsonl").read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            n += rec.get("kind") == "step" and "RunEvaluation" in (rec.get("tools") or [])
-    return n
+    events = [e for root in roots for e in AgentDisk.load(root, "execute").events]
+    return sum(isinstance(e, StepEvent) and "RunEvaluation" in e.tools for e in events)
 
 
 def run_state(root: Path) -> dict[str, Any]:
