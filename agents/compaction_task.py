@@ -70,7 +70,7 @@ def _summary_call(agent: Agent, static: StaticPrefix) -> Callable[[list[Message]
         request = ModelRequest(
             model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=[m.api for m in messages],
             system=[{"type": "text", "text": static.system, "cache_control": {"type": "ephemeral"}}],
-            tools=static.tools, temperature=config.model.summary_temperature, betas=config.betas,
+            tools=static.tools, temperature=config.model.summary_temperature,
             timeout_s=timeout_s, purpose="summary", tool_choice={"type": "none"},
         )
         response = agent.model.create(request)

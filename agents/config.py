@@ -21,28 +21,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from agents.role import Role
 from context.policy import Policy
 
-# Largest context window of each model, in tokens. The 1M windows need the beta header.
-KNOWN_MODELS: dict[str, int] = {
-    "claude-opus-4-5": 200_000,
-    "claude-opus-4-1": 200_000,
-    "claude-sonnet-4-5": 1_000_000,
-    "claude-sonnet-4": 1_000_000,
-    "claude-haiku-4-5": 200_000,
-}
-STANDARD_WINDOW = 200_000
-LONG_CONTEXT_BETA = "context-1m-2025-08-07"
-
 # The settings that differ between the two agents (the table in docs/agents.md),
-# by flat name; all others share the section defaults.
+# by flat name; all others share the section defaults. A model is a line, resolved
+# to the line's newest active model through the Models API when a run starts
+# (agents/catalogue.py); the working windows are capped at that model's own.
 ROLE_DEFAULTS: dict[Role, dict[str, Any]] = {
-    "init": {"model": "claude-opus-4-5", "window": 200_000, "threshold": 150_000, "keep_last_steps": 3,
-             "queue": "init"},
-    "execute": {"model": "claude-sonnet-4-5", "window": 1_000_000, "threshold": 700_000, "keep_last_steps": 5,
+    "init": {"model": "opus", "window": 200_000, "threshold": 150_000, "keep_last_steps": 3, "queue": "init"},
+    "execute": {"model": "sonnet", "window": 1_000_000, "threshold": 700_000, "keep_last_steps": 5,
                 "queue": "execute"},
 }
 
@@ -60,7 +50,7 @@ class ConfigError(ValueError):
 class ModelSettings(BaseModel):
     model_config = _STRICT
 
-    name: str = Field(description="model id, one of KNOWN_MODELS")
+    name: str = Field(min_length=1, description="a model line (opus, sonnet, haiku) or an exact model id")
     backend: Literal["auto", "anthropic", "simulated"] = Field(
         "auto", description="auto: anthropic when ANTHROPIC_API_KEY is set, else simulated"
     )
@@ -68,13 +58,8 @@ class ModelSettings(BaseModel):
     summary_max_tokens: int = Field(4_000, gt=0, description="output tokens of a compaction summary")
     summary_temperature: float = Field(0.0, ge=0, le=1)
     summary_timeout_s: float = Field(120.0, gt=0, description="after this the summary falls back")
-
-    @field_validator("name")
-    @classmethod
-    def _known_model(cls, name: str) -> str:
-        if name not in KNOWN_MODELS:
-            raise ValueError(f"unknown model; known models: {', '.join(sorted(KNOWN_MODELS))}")
-        return name
+    # The model's own output limit, from the catalogue when the model is resolved; None: not known (offline).
+    max_output_tokens: int | None = Field(None, gt=0, description="the model's largest max_tokens")
 
 
 class ToolSettings(BaseModel):
@@ -171,17 +156,13 @@ class AgentConfig(BaseModel):
         role = flat.get("role")
         if isinstance(role, str) and role in ROLE_DEFAULTS:
             flat = {**ROLE_DEFAULTS[role], **flat}  # type: ignore[index]
+        flat = _threshold_in_tokens(flat)
         # The rules between settings are checked on the flat values, before the sections
         # validate, so the message names both settings and (when resolved) their sources.
         problems = consistency_problems(flat, (info.context or {}).get("sources"))
         if problems:
             raise ValueError("\n".join(problems))
         return nest(flat)
-
-    @property
-    def betas(self) -> list[str]:
-        """Beta headers the API needs for this window."""
-        return [LONG_CONTEXT_BETA] if self.context.window > STANDARD_WINDOW else []
 
     def settings(self) -> dict[str, Any]:
         """Every setting by its flat name (what scenario.toml and the environment set)."""
@@ -193,6 +174,14 @@ class AgentConfig(BaseModel):
                 value = value[part]
             values[flat] = value
         return values
+
+
+def _threshold_in_tokens(flat: dict[str, Any]) -> dict[str, Any]:
+    """A threshold given as a fraction of the window (0.7) becomes tokens of the final window."""
+    threshold, window = flat.get("threshold"), flat.get("window", _default("window"))
+    if isinstance(threshold, float) and 0 < threshold < 1 and _int(window) is not None:
+        return {**flat, "threshold": int(window * threshold)}
+    return flat
 
 
 def _default(flat: str) -> Any:
@@ -231,7 +220,4 @@ def consistency_problems(values: Mapping[str, Any], sources: Mapping[str, str] |
             )
     if window is not None and summary is not None and summary >= window:
         problems.append(f"{show('summary_max_tokens')} must be below {show('window')}")
-    model_window = KNOWN_MODELS.get(get("model")) if isinstance(get("model"), str) else None
-    if window is not None and model_window is not None and window > model_window:
-        problems.append(f"{show('window')} exceeds the {model_window}-token window of {show('model')}")
     return problems

@@ -354,6 +354,8 @@ def parse_env_value(field: str, text: str) -> Any:
     """An environment string as the field's type (ValueError if it is not one);
     the model then validates the range or the choice."""
     annotation = field_annotation(field)
+    if field == "threshold" and (text.strip().endswith("%") or "." in text and parse_float(text) < 1):
+        return parse_fraction(text)  # a share of the window: "70%" or "0.7"
     if annotation is bool:
         return parse_bool(text)
     if annotation is int:
@@ -363,6 +365,15 @@ def parse_env_value(field: str, text: str) -> Any:
     if annotation == float | None:
         return None if text.strip().lower() in _NONE else parse_float(text)
     return text.strip()  # str and Literal fields
+
+
+def parse_fraction(text: str) -> float:
+    """"70%" or "0.7" as 0.7; a share must be above 0 and below 1."""
+    word = text.strip()
+    value = parse_float(word[:-1]) / 100 if word.endswith("%") else parse_float(word)
+    if not 0 < value < 1:
+        raise ValueError("a share of the window must be above 0 and below 1 (e.g. 0.7 or 70%)")
+    return value
 
 
 def parse_float(text: str) -> float:

@@ -107,7 +107,7 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
     model, max_tokens = config.model.name, config.context.max_tokens
     body = assembled.to_request(static, model=model, max_tokens=max_tokens)
     request = ModelRequest(model=model, max_tokens=max_tokens, messages=body["messages"], system=body.get("system"),
-                           tools=body.get("tools", []), temperature=config.model.temperature, betas=config.betas,
+                           tools=body.get("tools", []), temperature=config.model.temperature,
                            purpose="step")
     started = time.monotonic()
     try:

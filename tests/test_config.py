@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agents.config import KNOWN_MODELS, LONG_CONTEXT_BETA, AgentConfig, ConfigError
+from agents.config import AgentConfig, ConfigError
 from agents.settings_layers import PROFILES, load_scenario_config, parse_int, resolve_agents, resolve_config
 from context.policy import Policy
 
@@ -21,14 +21,14 @@ def write_toml(tmp_path: Path, body: str, name: str = "demo-scenario") -> Path:
 
 SPEC_TABLE = {
     "init": {
-        "model": "claude-opus-4-5",
+        "model": "opus",
         "window": 200_000,
         "threshold": 150_000,
         "keep_last_steps": 3,
         "queue": "init",
     },
     "execute": {
-        "model": "claude-sonnet-4-5",
+        "model": "sonnet",
         "window": 1_000_000,
         "threshold": 700_000,
         "keep_last_steps": 5,
@@ -39,7 +39,7 @@ SHARED_DEFAULTS = {
     "backend": "auto", "batch": 5, "start_tokens": 10_000, "payback_calls": 30, "max_tokens": 8_192,
     "summary_max_tokens": 4_000, "summary_temperature": 0.0, "summary_timeout_s": 120.0, "bash_enabled": False,
     "bash_timeout_s": 60.0, "output_cap_chars": 30_000, "eval_timeout_s": 10.0, "eval_memory_mb": 512,
-    "max_steps_per_turn": 150, "temperature": None,
+    "max_steps_per_turn": 150, "temperature": None, "max_output_tokens": None,
     # the context engine's own settings, settable since the config has a context section
     "result_cap_chars": 40_000, "kept_cap_chars": 5_000, "read_lines": 10, "min_verbatim_steps": 2,
     "compressor": "per_tool", "compactor": "summary",
@@ -64,8 +64,7 @@ def test_demo_profile_shrinks_windows():
             2_048,
             1_500,
         )
-        assert config.betas == []
-    assert init.model.name == "claude-opus-4-5" and execute.context.keep_last_steps == 5  # the rest is unchanged
+    assert init.model.name == "opus" and execute.context.keep_last_steps == 5  # the rest is unchanged
 
 
 def test_default_profile_changes_nothing():
@@ -283,20 +282,6 @@ def test_summary_must_fit_the_window():
         resolve_config("init", env=NO_ENV, profile="demo", overrides={"summary_max_tokens": 16_000})
 
 
-def test_window_cannot_exceed_the_models_window():
-    with pytest.raises(ConfigError, match=r"init\.window = 1000000 .* exceeds the 200000-token window of "
-                                          r"init\.model = 'claude-opus-4-5'"):
-        resolve_config("init", env={"BATON_INIT_WINDOW": "1M", "BATON_INIT_THRESHOLD": "700k"})
-
-
-def test_unknown_model_lists_the_known_ones():
-    with pytest.raises(ConfigError) as error:
-        resolve_config("execute", env=NO_ENV, overrides={"model": "gpt-5"})
-    message = str(error.value)
-    assert "execute.model = 'gpt-5' (from explicit argument)" in message
-    assert all(model in message for model in KNOWN_MODELS)
-
-
 def test_wrong_type_in_toml_names_field_and_source(tmp_path):
     toml = write_toml(tmp_path, '[agents.init]\nwindow = "200k"\n')
     with pytest.raises(
@@ -387,20 +372,6 @@ def test_missing_scenario_file(tmp_path):
 # ---- derived values ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "model, window, betas",
-    [
-        ("claude-sonnet-4-5", 1_000_000, [LONG_CONTEXT_BETA]),
-        ("claude-sonnet-4-5", 200_001 + 8_192 + 10, [LONG_CONTEXT_BETA]),
-        ("claude-sonnet-4-5", 200_000, []),
-        ("claude-opus-4-5", 200_000, []),
-    ],
-)
-def test_betas_only_above_200k(model, window, betas):
-    config = AgentConfig(role="execute", model=model, window=window, threshold=150_000)
-    assert config.betas == betas
-
-
 def test_policy_maps_the_context_parameters():
     config = resolve_config("execute", env=NO_ENV, overrides={"batch": 3, "start_tokens": 0, "payback_calls": 7})
     assert config.context == Policy(
@@ -412,3 +383,20 @@ def test_policy_maps_the_context_parameters():
         payback_calls=7,
         max_tokens=8_192,
     )
+
+
+def test_threshold_as_a_share_of_the_window(tmp_path):
+    toml = write_toml(tmp_path, "[agents.execute]\nwindow = 500_000\nthreshold = 0.7\n")
+    assert resolve_config("execute", scenario_toml=toml, env=NO_ENV).context.threshold == 350_000
+    env = {"BATON_INIT_THRESHOLD": "60%"}
+    assert resolve_config("init", env=env).context.threshold == 120_000
+    with pytest.raises(ConfigError, match=r"BATON_INIT_THRESHOLD.*share of the window"):
+        resolve_config("init", env={"BATON_INIT_THRESHOLD": "140%"})
+
+
+def test_any_model_id_or_line_is_accepted_until_the_catalogue_resolves_it():
+    # No allowlist in code: the Models API decides what exists (agents/catalogue.py).
+    config = resolve_config("execute", env=NO_ENV, overrides={"model": "claude-sonnet-5-5"})
+    assert config.model.name == "claude-sonnet-5-5"
+    with pytest.raises(ConfigError, match=r"execute\.model = '' \(from explicit argument\)"):
+        resolve_config("execute", env=NO_ENV, overrides={"model": ""})
