@@ -6,7 +6,7 @@ import json
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -40,6 +40,9 @@ class RunRecord(BaseModel):
     target_success_rate: float = Field(0.85, ge=0, le=1)
     results: list[IterationResult] = Field(default_factory=list)
     feedback: str | None = None  # the last rejection, carried into Init's next opening
+    # Each agent's model on the real API, resolved from its line once and kept for the run
+    # (agents.catalogue.PinnedModel, by role); empty offline.
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
     last_error: str | None = None
     started_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)

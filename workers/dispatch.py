@@ -8,12 +8,14 @@ succeeded or stopped to wait for approval, 1 it finished below its target,
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import redis
 from rich.text import Text
 
+from agents.models import API_KEY_ENV
 from scenarios.run import load_run
 from scenarios.store import AGENTS
 from workers import loop
@@ -56,6 +58,9 @@ def execute(root: Path, tasks: list[loop.Task], url: str | None, profile: str | 
             summary(root)
             return 130
     else:
+        if os.environ.get(API_KEY_ENV):
+            # Pin the models now: a retired or unknown one stops the run before anything is dispatched.
+            loop.Team(root, profile=profile)
         dispatch_to(url, tasks, profile)
         if not follow or not follow_disk(root):
             return 0  # not following, or the user stopped following: the workers keep going

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from agents.agent import Agent
 from agents.backends import model_for
+from agents.catalogue import apply_pin
 from agents.compaction_task import run_compaction
 from agents.disk import AgentDisk, open_turn
 from agents.models import Model
@@ -33,6 +34,7 @@ from agents.step import run_step
 from agents.tools.handoff import KIND, handoff_path
 from scenarios.run import IterationResult, RunRecord, archive_run, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name, read_json, write_json
+from workers.pinning import pin_models
 
 SCENARIOS_ENV = "BATON_SCENARIOS_DIR"
 
@@ -68,8 +70,12 @@ class Team:
             record = load_run(root)
             profile = record.profile if record else None
         configs = resolve_agents(root, env=env, profile=profile)
+        models = {role: model or model_for(config, env) for role, config in configs.items()}
+        # On the real API each agent runs on the model pinned for this run (resolved from its line once).
+        pins = pin_models(root, configs, models, os.environ if env is None else env)
         self.agents: dict[str, Agent] = {
-            role: Agent(config, model or model_for(config, env)) for role, config in configs.items()
+            role: Agent(apply_pin(config, pins[role]) if role in pins else config, models[role])
+            for role, config in configs.items()
         }
 
     def __getitem__(self, role: str) -> Agent:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.catalogue import PinnedModel
 from agents.config import ConfigError
 from agents.disk import AgentDisk
 from agents.events import CompactionRecord, ErrorEvent, PromptTooLongEvent, StepEvent, WarningEvent, read_events
 from agents.settings_layers import load_scenario_config
 from scenarios.run import RunRecord, load_run
 from scenarios.store import AGENTS, Layout
+from workers.pinning import pins_of
 
 SIMULATED = "simulated"  # the model label of the offline simulated model
 
@@ -81,6 +83,11 @@ class Snapshot:
     @property
     def simulated(self) -> bool:
         return any(a.model == SIMULATED for a in self.agents.values())
+
+    @property
+    def pins(self) -> dict[str, PinnedModel]:
+        """Each agent's model on the real API, as pinned in run.json."""
+        return pins_of(self.record)
 
 
 def toml_problem(root: Path) -> str | None:

@@ -15,6 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from agents.catalogue import PinnedModel
 from scenarios.run import RunRecord
 from scenarios.store import Layout, StoreError
 from workers.readmodel import SIMULATED, AgentView, Snapshot, toml_problem
@@ -86,13 +87,24 @@ def agents_table(snap: Snapshot, detailed: bool = False) -> Table:
     if detailed:
         table.add_column("circuit breaker")
     for view in snap.agents.values():
-        model = Text("SIMULATED", style="bold magenta") if view.model == SIMULATED else Text(view.model or "-")
+        model = model_cell(view, snap.pins.get(view.role))
         compactions = f"{len(view.compactions)}" + (f" ({view.fallbacks} fallback)" if view.fallbacks else "")
         row: list[Any] = [view.role, model, str(view.steps), gauge(view), compactions]
         if detailed:
             row.append(view.breaker)
         table.add_row(*row)
     return table
+
+
+def model_cell(view: AgentView, pin: PinnedModel | None) -> Text:
+    """The model an agent runs on: SIMULATED, or the pinned model id with its lifecycle when not active."""
+    if view.model == SIMULATED:
+        return Text("SIMULATED", style="bold magenta")
+    if pin is None:
+        return Text(view.model or "-")
+    if pin.lifecycle == "deprecated":
+        return Text.assemble(pin.id, (f" (deprecated, retires {pin.retires_at or '?'})", "yellow"))
+    return Text(pin.id)
 
 
 def iterations_table(root: Path, record: RunRecord) -> Table:
