@@ -266,6 +266,22 @@ def worker(
     app.worker_main(["worker", "-Q", role, "-n", f"{role}@%h", "-c", "1", "-E", "--loglevel", "INFO", "--pool", pool])
 
 
+@cli.command("fake-api")
+@guarded
+def fake_api(
+    port: Annotated[int, typer.Option(help="port to listen on")],
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    catalogue: Annotated[Path | None, typer.Option(help="a JSON model catalogue instead of the built-in one")] = None,
+    fault: Annotated[list[str] | None, typer.Option(
+        help="queue a model fault at start: KIND or KIND:COUNT (repeatable)")] = None,
+    hang_seconds: Annotated[float, typer.Option(help="how long a hang fault waits")] = 30.0,
+) -> None:
+    """A local Anthropic-compatible API answered by the simulated model (docs/fake-api.md)."""
+    from workers.fake_api.command import serve
+
+    serve(port, host, catalogue, fault or [], hang_seconds, lambda line: say(Text(line)))
+
+
 def main() -> None:
     """The ``baton`` entry point."""
     cli()

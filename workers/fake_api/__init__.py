@@ -1,0 +1,9 @@
+"""``baton fake-api``: a local Anthropic-compatible API double whose answers come from the simulated model.
+
+One idea per module (docs/fake-api.md): ``catalogue`` (the Models API table), ``counting``
+(how many tokens a request is), ``cache`` (prompt-cache accounting), ``rules`` (what the
+real API rejects), ``faults`` (what only a model can do wrong, on demand), ``stats``,
+``answer`` (a request in, a Messages API body out) and ``server`` (HTTP routing).
+Transport faults (429, 529, 5xx, latency, bad bodies) are not here: AgentBreak, a chaos
+proxy put in front of the double, makes them.
+"""

@@ -1,0 +1,49 @@
+"""A checked request in, a Messages API response body out: the simulated model answers.
+
+The body is shaped like the real API's (``id``, ``type``, ``role``, ``model`` = the id asked
+for, ``content``, ``stop_reason``, ``stop_sequence``, ``usage``); the text of every reply
+still starts with ``[simulated]``, so nobody mistakes it for Claude. ``usage`` comes from
+the double's own count (``counting``) and prompt cache (``cache``), not from the
+simulated model's estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.models import ModelError, ModelRequest
+from agents.simulated import SimulatedModel
+from workers.fake_api.cache import CacheUse
+from workers.fake_api.counting import claude_tokens
+from workers.fake_api.rules import CheckedRequest, invalid
+
+
+def model_request(checked: CheckedRequest, betas: list[str]) -> ModelRequest:
+    body = checked.body
+    assert body.max_tokens is not None  # checked: a message request has one
+    return ModelRequest(model=body.model, max_tokens=body.max_tokens, messages=body.messages, system=body.system,
+                        tools=body.tools, tool_choice=body.tool_choice, betas=betas)
+
+
+def answer(model: SimulatedModel, checked: CheckedRequest, betas: list[str], cache: CacheUse) -> dict[str, Any]:
+    """The simulated model's reply as a Messages API body; a script that cannot go on is a 400."""
+    try:
+        response = model.create(model_request(checked, betas))
+    except ModelError as err:
+        # Deterministic: the same request fails the same way, so it is not a retryable 5xx.
+        raise invalid(f"the simulated model cannot answer this request: {err}") from None
+    return {
+        "id": response.id,
+        "type": "message",
+        "role": "assistant",
+        "model": checked.model.id,
+        "content": [block.model_dump(exclude_none=True) for block in response.content],
+        "stop_reason": response.stop_reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": cache.plain,
+            "cache_creation_input_tokens": cache.written,
+            "cache_read_input_tokens": cache.read,
+            "output_tokens": claude_tokens(response.usage.output_tokens),
+        },
+    }

@@ -1,0 +1,80 @@
+"""Prompt-cache accounting: which input tokens of a request were cache reads, cache writes or plain input.
+
+The rule, kept simple (the real one has more: minimum cacheable lengths, 1h-before-5m
+ordering, per-model and per-workspace caches):
+
+- The cacheable prefix ends at each ``cache_control`` breakpoint (``counting.Piece``);
+  its key is the hash of the canonical JSON of every piece up to and including it.
+- At a breakpoint the cache looks back up to ``LOOKBACK_PIECES`` pieces for the longest
+  prefix it holds, as the API looks back up to 20 blocks. The pieces up to that prefix
+  are a **read**; the rest, up to the breakpoint, a **write**, and the prefix ending at
+  the breakpoint is stored.
+- An entry lives for its TTL (5 minutes, or 1 hour for ``"ttl": "1h"``) after it was
+  last written or read.
+- Tokens after the last breakpoint are plain input.
+
+The clock is injectable (``clock``), so tests move time instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from workers.fake_api.counting import Piece
+
+LOOKBACK_PIECES = 20
+
+
+@dataclass(frozen=True)
+class CacheUse:
+    read: int = 0
+    written: int = 0
+    plain: int = 0
+
+
+class PromptCache:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._expiry: dict[str, tuple[float, float]] = {}  # prefix hash -> (expires at, ttl)
+        self._lock = threading.Lock()
+
+    def account(self, pieces: Sequence[Piece]) -> CacheUse:
+        """Split the request's input tokens into read, written and plain; remember the prefixes written."""
+        keys = _prefix_keys(pieces)
+        read = written = 0
+        cursor = 0  # pieces before it are accounted for
+        with self._lock:
+            now = self.clock()
+            self._expiry = {k: v for k, v in self._expiry.items() if v[0] > now}
+            for end, piece in enumerate(pieces):
+                if piece.breakpoint_ttl_s is None:
+                    continue
+                hit = next((j for j in range(end, max(cursor, end - LOOKBACK_PIECES) - 1, -1)
+                            if keys[j] in self._expiry), None)
+                if hit is not None:
+                    read += sum(p.tokens for p in pieces[cursor:hit + 1])
+                    self._expiry[keys[hit]] = (now + self._expiry[keys[hit]][1], self._expiry[keys[hit]][1])
+                    cursor = hit + 1
+                written += sum(p.tokens for p in pieces[cursor:end + 1])
+                if keys[end] not in self._expiry:
+                    self._expiry[keys[end]] = (now + piece.breakpoint_ttl_s, piece.breakpoint_ttl_s)
+                cursor = end + 1
+        return CacheUse(read=read, written=written, plain=sum(p.tokens for p in pieces[cursor:]))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._expiry.clear()
+
+
+def _prefix_keys(pieces: Sequence[Piece]) -> list[str]:
+    running = hashlib.sha256()
+    keys = []
+    for piece in pieces:
+        running.update(piece.key.encode())
+        running.update(b"\x00")  # pieces never merge: "ab"+"c" and "a"+"bc" hash apart
+        keys.append(running.copy().hexdigest())
+    return keys

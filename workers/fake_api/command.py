@@ -1,0 +1,50 @@
+"""``baton fake-api``: build the double from the command's options and serve until Ctrl-C."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from pathlib import Path
+
+from workers.errors import CliError
+from workers.fake_api.catalogue import Catalogue, CatalogueError
+from workers.fake_api.faults import FAULT_KINDS, FaultOrder
+from workers.fake_api.server import FakeApi, make_server
+
+
+def fault_order(option: str) -> FaultOrder:
+    """``--fault KIND`` or ``--fault KIND:COUNT``."""
+    kind, _, count = option.partition(":")
+    if kind not in FAULT_KINDS:
+        raise CliError(f"unknown fault {kind!r}", f"use one of: {', '.join(FAULT_KINDS)} (optionally KIND:COUNT)")
+    if count and not (count.isdigit() and int(count) > 0):
+        raise CliError(f"--fault {option}: the count must be a positive integer", "e.g. --fault refusal:2")
+    return FaultOrder(fault=kind, count=int(count or 1))  # type: ignore[arg-type]  # checked above
+
+
+def serve(port: int, host: str, catalogue: Path | None, faults: list[str], hang_s: float,
+          say: Callable[[str], None]) -> None:
+    if not 0 < port < 65536:
+        raise CliError(f"--port {port} is not a TCP port", "pass a port between 1 and 65535, e.g. --port 8765")
+    if hang_s < 0:
+        raise CliError("--hang-seconds must be 0 or more")
+    try:
+        api = FakeApi(catalogue=Catalogue.from_file(catalogue) if catalogue else Catalogue(), hang_s=hang_s)
+    except CatalogueError as err:
+        raise CliError(str(err), "a catalogue file is a JSON array of models (docs/fake-api.md)") from None
+    for option in faults:
+        api.faults.add(fault_order(option))
+    try:
+        server = make_server(api, host, port)
+    except OSError as err:
+        hint = "pick another --port" if err.errno == errno.EADDRINUSE else "check --host and --port"
+        raise CliError(f"cannot listen on {host}:{port}: {err.strerror or err}", hint) from None
+    url = f"http://{host}:{server.server_address[1]}"
+    say(f"fake Anthropic API (answers by the simulated model) on {url}; Ctrl-C stops it")
+    say(f"point baton at it: ANTHROPIC_API_KEY=x ANTHROPIC_BASE_URL={url} baton run NAME")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -1,0 +1,110 @@
+"""Faults only a model can produce, queued on demand for the next matching message requests.
+
+``POST /faults`` with ``{"fault": ..., "count": 1, "match": "substring", "hang_s": 0.5}``:
+
+- ``max_tokens_cut``: the reply stops inside its first tool call: that ``tool_use`` keeps
+  only the part of its input that fits in half of it, the blocks after it are dropped,
+  ``stop_reason`` is ``max_tokens`` and ``output_tokens`` is the request's ``max_tokens``
+  (no tool call: the last text is cut in half);
+- ``refusal``: no content, ``stop_reason: "refusal"`` with ``stop_details`` of type refusal;
+- ``hang``: the server waits ``hang_s`` (or the server's ``--hang-seconds``) before answering;
+- ``context_window_exceeded``: cut like ``max_tokens_cut``, with
+  ``stop_reason: "model_context_window_exceeded"``.
+
+A fault applies to a request whose raw JSON body contains ``match`` (any request when
+it is omitted); each one serves ``count`` requests, in the order they were queued.
+Transport faults (429, 529, 5xx, latency, malformed bodies) are AgentBreak's (docs/fake-api.md).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FaultKind = Literal["max_tokens_cut", "refusal", "hang", "context_window_exceeded"]
+FAULT_KINDS: tuple[str, ...] = FaultKind.__args__  # type: ignore[attr-defined]
+
+
+class FaultOrder(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    fault: FaultKind
+    count: int = Field(1, ge=1, le=10_000)
+    match: str | None = Field(None, min_length=1)
+    hang_s: float | None = Field(None, ge=0, le=3600)
+
+
+class FaultQueue:
+    """Orders still to serve, first queued first served; safe across the server's threads."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[FaultOrder, int]] = []  # (order, requests it still applies to)
+        self._lock = threading.Lock()
+
+    def add(self, order: FaultOrder) -> None:
+        with self._lock:
+            self._pending.append((order, order.count))
+
+    def take(self, request_text: str) -> FaultOrder | None:
+        """The first order matching this request, counted as served once."""
+        with self._lock:
+            for i, (order, left) in enumerate(self._pending):
+                if order.match is None or order.match in request_text:
+                    if left > 1:
+                        self._pending[i] = (order, left - 1)
+                    else:
+                        del self._pending[i]
+                    return order
+        return None
+
+    def pending(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{**order.model_dump(exclude_none=True), "left": left} for order, left in self._pending]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pending.clear()
+
+
+def apply(kind: str, message: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """The Messages API body ``message`` as the fault ``kind`` makes it (``hang`` changes nothing)."""
+    if kind == "refusal":
+        usage = {**message["usage"], "output_tokens": 0}
+        details = {"type": "refusal", "category": None, "explanation": None}
+        return {**message, "content": [], "stop_reason": "refusal", "stop_details": details, "usage": usage}
+    if kind in ("max_tokens_cut", "context_window_exceeded"):
+        stop = "max_tokens" if kind == "max_tokens_cut" else "model_context_window_exceeded"
+        usage = {**message["usage"], "output_tokens": max_tokens} if kind == "max_tokens_cut" else message["usage"]
+        return {**message, "content": cut(message["content"]), "stop_reason": stop, "usage": usage}
+    return message
+
+
+def cut(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The content as if generation stopped halfway through its first tool call (or its last text)."""
+    first_use = next((i for i, block in enumerate(content) if block.get("type") == "tool_use"), None)
+    if first_use is not None:
+        use = content[first_use]
+        return [*content[:first_use], {**use, "input": _half_input(use.get("input") or {})}]
+    texts = [i for i, block in enumerate(content) if block.get("type") == "text"]
+    if not texts:
+        return content
+    last = texts[-1]
+    text = content[last]["text"]
+    return [*content[:last], {**content[last], "text": text[: max(1, len(text) // 2)]}]
+
+
+def _half_input(tool_input: dict[str, Any]) -> dict[str, Any]:
+    """The keys that fit in half of the input's JSON; the first string that does not fit, cut short."""
+    budget = len(json.dumps(tool_input)) // 2
+    kept: dict[str, Any] = {}
+    for key, value in tool_input.items():
+        size = len(json.dumps({key: value}))
+        if size <= budget:
+            kept[key], budget = value, budget - size
+            continue
+        if isinstance(value, str) and budget > len(key) + 6:
+            kept[key] = value[: budget - len(key) - 6]
+        break
+    return kept

@@ -1,0 +1,238 @@
+"""The HTTP side of the double: routes, headers, JSON in and out (stdlib ``ThreadingHTTPServer``).
+
+| route | what |
+|---|---|
+| ``POST /v1/messages`` | checked (``rules``), maybe faulted (``faults``), answered (``answer``), cache-accounted |
+| ``POST /v1/messages/count_tokens`` | ``{"input_tokens": N}``, the same count |
+| ``GET /v1/models``, ``GET /v1/models/{id}`` | the catalogue (``catalogue``) |
+| ``POST /faults``, ``GET /faults``, ``DELETE /faults`` | queue, list, clear model faults |
+| ``GET /stats`` | counts (``stats``) |
+
+``/v1/`` routes need a key and ``anthropic-version``. The key is an ``x-api-key`` header
+or, as SDK 2.x sends it, ``Authorization: Bearer <key>``; any value will do (the double
+checks presence only). It is never logged, stored or echoed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pydantic import ValidationError
+
+from agents.simulated import SimulatedModel
+from workers.fake_api.answer import answer
+from workers.fake_api.cache import PromptCache
+from workers.fake_api.catalogue import Catalogue, CatalogueError
+from workers.fake_api.faults import FaultOrder, FaultQueue, apply
+from workers.fake_api.rules import ApiError, check, invalid
+from workers.fake_api.stats import Stats
+
+log = logging.getLogger(__name__)
+DEFAULT_HANG_S = 30.0
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeApi:
+    """The double's state and its routes, free of HTTP plumbing (the handler below does that)."""
+
+    catalogue: Catalogue = field(default_factory=Catalogue)
+    cache: PromptCache = field(default_factory=PromptCache)
+    faults: FaultQueue = field(default_factory=FaultQueue)
+    stats: Stats = field(default_factory=Stats)
+    model: SimulatedModel = field(default_factory=SimulatedModel)
+    hang_s: float = DEFAULT_HANG_S
+    sleep: Callable[[float], None] = time.sleep
+
+    def handle(self, method: str, url: str, headers: dict[str, str], body: bytes) -> Reply:
+        parts = urlsplit(url)
+        path, query = parts.path.rstrip("/") or "/", parse_qs(parts.query)
+        endpoint = f"{method} {'/v1/models/{id}' if path.startswith('/v1/models/') else path}"
+        self.stats.request(endpoint)
+        try:
+            if path.startswith("/v1/"):
+                _check_headers(headers)
+            return self._route(method, path, query, headers, body)
+        except ApiError as err:
+            self.stats.error(err.status, err.error_type)
+            return Reply(err.status, err.body())
+
+    def _route(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str],
+               body: bytes) -> Reply:
+        if (method, path) == ("POST", "/v1/messages"):
+            return self.messages(body, headers)
+        if (method, path) == ("POST", "/v1/messages/count_tokens"):
+            checked = check(_json(body), self.catalogue, counting_only=True)
+            self.stats.model(checked.model.id)
+            return Reply(200, {"input_tokens": checked.input_tokens})
+        if (method, path) == ("GET", "/v1/models"):
+            return Reply(200, self.models_page(query))
+        if method == "GET" and path.startswith("/v1/models/"):
+            entry = self.catalogue.get(unquote(path.removeprefix("/v1/models/")))
+            if entry is None:
+                raise ApiError(404, "not_found_error", f"model: {unquote(path.removeprefix('/v1/models/'))}")
+            return Reply(200, entry.api())
+        if path == "/faults" and method in ("GET", "POST", "DELETE"):
+            return self.fault_control(method, body)
+        if (method, path) == ("GET", "/stats"):
+            return Reply(200, self.stats.snapshot())
+        raise ApiError(404, "not_found_error", f"no route {method} {path} in the fake API")
+
+    def messages(self, body: bytes, headers: dict[str, str]) -> Reply:
+        checked = check(_json(body), self.catalogue)
+        self.stats.model(checked.model.id)
+        fault = self.faults.take(body.decode("utf-8", errors="replace"))
+        if fault is not None:
+            self.stats.fault(fault.fault)
+            if fault.fault == "hang":
+                self.sleep(self.hang_s if fault.hang_s is None else fault.hang_s)
+        betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+        use = self.cache.account(checked.pieces)
+        message = answer(self.model, checked, betas, use)
+        max_tokens = checked.body.max_tokens or 0
+        if fault is not None:
+            message = apply(fault.fault, message, max_tokens)
+        elif message["usage"]["output_tokens"] > max_tokens:
+            message = apply("max_tokens_cut", message, max_tokens)  # the limit is real: a longer reply stops at it
+        self.stats.usage(use, message["usage"]["output_tokens"], message["stop_reason"])
+        return Reply(200, message)
+
+    def models_page(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        def one(name: str) -> str | None:
+            return query[name][-1] if name in query else None
+
+        try:
+            limit = int(one("limit") or 20)
+        except ValueError:
+            raise invalid(f"limit: must be an integer, got {one('limit')!r}") from None
+        lifecycles = query.get("lifecycle[]", []) + query.get("lifecycle", [])
+        try:
+            return self.catalogue.page(limit=limit, after_id=one("after_id"), before_id=one("before_id"),
+                                       lifecycles=lifecycles or None)
+        except CatalogueError as err:
+            raise invalid(str(err)) from None
+
+    def fault_control(self, method: str, body: bytes) -> Reply:
+        if method == "POST":
+            try:
+                order = FaultOrder.model_validate(_json(body))
+            except ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "body"
+                raise invalid(f"{where}: {first['msg']}") from None
+            self.faults.add(order)
+        elif method == "DELETE":
+            self.faults.clear()
+        return Reply(200, {"pending": self.faults.pending()})
+
+
+def _check_headers(headers: dict[str, str]) -> None:
+    bearer = headers.get("authorization", "")
+    if not headers.get("x-api-key") and not (bearer.lower().startswith("bearer ") and bearer[7:].strip()):
+        raise ApiError(401, "authentication_error",
+                       "an API key is required: send it as x-api-key or Authorization: Bearer")
+    if not headers.get("anthropic-version"):
+        raise invalid("anthropic-version: header is required")
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body or b"null")
+    except ValueError as err:
+        raise invalid(f"There was an error parsing the body of your request: {err}") from None
+
+
+# ---- HTTP ------------------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the SDK's connection pool expects
+    server: _Server
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        if length > MAX_BODY_BYTES:
+            self._send(Reply(413, ApiError(413, "request_too_large", "Request exceeds the maximum size").body()))
+            return
+        body = self.rfile.read(length) if length else b""
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        reply = self.server.api.handle(method, self.path, headers, body)
+        self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
+        data = json.dumps(reply.body).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.send_header("request-id", f"req_fake_{next(self.server.request_ids):08d}")
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            log.info("the client left before the answer to %s", self.path)  # e.g. it timed out on a hang
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # The request line only (method, path, status): never a header, so never the key.
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], api: FakeApi) -> None:
+        super().__init__(address, _Handler)
+        self.api = api
+        self.request_ids = itertools.count(1)
+
+
+@dataclass
+class Running:
+    """A server serving in a background thread (tests, embedded demos)."""
+
+    server: _Server
+    thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def make_server(api: FakeApi, host: str = "127.0.0.1", port: int = 0) -> _Server:
+    return _Server((host, port), api)
+
+
+def start(api: FakeApi, host: str = "127.0.0.1", port: int = 0) -> Running:
+    server = make_server(api, host, port)
+    thread = threading.Thread(target=server.serve_forever, name="fake-api", daemon=True)
+    thread.start()
+    return Running(server, thread)

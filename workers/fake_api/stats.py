@@ -1,0 +1,53 @@
+"""What ``GET /stats`` reports: requests per endpoint and per model, token totals, faults and errors served."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+from workers.fake_api.cache import CacheUse
+
+
+class Stats:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: Counter[str] = Counter()  # "POST /v1/messages"
+        self.models: Counter[str] = Counter()  # message and count_tokens requests by model id
+        self.tokens: Counter[str] = Counter()  # cache_read, cache_write, input (plain), output
+        self.stop_reasons: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()  # "400 invalid_request_error"
+
+    def request(self, endpoint: str) -> None:
+        with self._lock:
+            self.requests[endpoint] += 1
+
+    def model(self, model_id: str) -> None:
+        with self._lock:
+            self.models[model_id] += 1
+
+    def usage(self, cache: CacheUse, output_tokens: int, stop_reason: str) -> None:
+        with self._lock:
+            self.tokens.update(cache_read=cache.read, cache_write=cache.written, input=cache.plain,
+                               output=output_tokens)
+            self.stop_reasons[stop_reason] += 1
+
+    def fault(self, kind: str) -> None:
+        with self._lock:
+            self.faults[kind] += 1
+
+    def error(self, status: int, error_type: str) -> None:
+        with self._lock:
+            self.errors[f"{status} {error_type}"] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "requests": dict(self.requests),
+                "models": dict(self.models),
+                "tokens": {key: self.tokens[key] for key in ("cache_read", "cache_write", "input", "output")},
+                "stop_reasons": dict(self.stop_reasons),
+                "faults": dict(self.faults),
+                "errors": dict(self.errors),
+            }
