@@ -1,0 +1,68 @@
+"""Helpers for the fake-API tests: a realistic first request of baton's Init agent, raw HTTP, the double's stats."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from typing import Any
+
+from agents.agent import Agent
+from agents.models import ModelRequest
+from agents.openings import init_opening
+from agents.settings_layers import resolve_config
+from agents.simulated import SimulatedModel
+
+KEY = "sk-ant-api03-" + "f" * 60  # what a real key looks like: it must never come back
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def init_body(model: str = "claude-opus-5-5", max_tokens: int = 2048) -> dict[str, Any]:
+    """The Messages API body of Init's first step on refund_desk: system and tools marked for the cache."""
+    static = Agent(resolve_config("init", env={}, profile="demo"), SimulatedModel()).static()
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": [{"type": "text", "text": static.system, "cache_control": EPHEMERAL}],
+        "tools": static.tools,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": init_opening("refund_desk", 1)}]}],
+    }
+
+
+def init_request(model: str = "claude-opus-5-5", max_tokens: int = 2048, timeout_s: float | None = None
+                 ) -> ModelRequest:
+    body = init_body(model, max_tokens)
+    return ModelRequest(model=model, max_tokens=max_tokens, messages=body["messages"], system=body["system"],
+                        tools=body["tools"], timeout_s=timeout_s)
+
+
+def http(url: str, method: str = "GET", body: Any = None, headers: dict[str, str] | None = None
+         ) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) of one plain HTTP call, error statuses included."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={
+        "content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def stats(base_url: str) -> dict[str, Any]:
+    status, body = http(f"{base_url}/stats")
+    assert status == 200, body
+    return body
+
+
+def queue_fault(base_url: str, **order: Any) -> dict[str, Any]:
+    status, body = http(f"{base_url}/faults", "POST", order)
+    assert status == 200, body
+    return body
