@@ -11,6 +11,12 @@ and ends in one of the typed errors of ``agents.models``:
 - any other 4xx: ``ModelError`` at once (retrying cannot fix it);
 - a 200 whose body is not a Messages response: ``BadResponse``.
 
+A request with a ``deadline_s`` (a compaction's summary) gets no more time than
+that in all: each attempt's HTTP timeout is the time left, and no attempt starts
+that could not finish before the deadline (``ModelUnavailable``, so the compactor
+falls back). ``count_tokens`` asks the free count endpoint once, without retries:
+its caller has an estimate to fall back on.
+
 The API key never appears in ``repr``, logs or error text.
 
 ``request.temperature`` is not sent: SDK 2.x has no such argument and the API
@@ -60,6 +66,10 @@ EPHEMERAL = {"type": "ephemeral"}
 # Without an explicit timeout the SDK refuses non-streaming calls whose max_tokens
 # suggest more than 10 minutes of generation; an explicit one skips that guard.
 DEFAULT_TIMEOUT_S = 600.0
+# Under a deadline, an attempt with less time left than this cannot get an answer (a round
+# trip alone takes about this long), so the call gives up instead of starting it.
+MIN_ATTEMPT_S = 1.0
+COUNT_TIMEOUT_S = 30.0  # the count endpoint answers at once; the step waits no longer for it
 RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx, 529 "overloaded" included
 # Wordings of "the input does not fit": compaction is the cure for all of them.
 TOO_LONG_MARKERS = ("prompt is too long", "exceed context limit")
@@ -96,6 +106,7 @@ class AnthropicModel:
         base_delay_s: float = 1.0,
         max_delay_s: float = 60.0,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         key = api_key or os.environ.get(API_KEY_ENV)
@@ -112,6 +123,7 @@ class AnthropicModel:
         self.base_delay_s = base_delay_s
         self.max_delay_s = max_delay_s
         self._sleep = sleep
+        self._clock = clock
         self._rng = rng or random.Random()
         self._temperature_noted = False
         # max_retries=0: the SDK must not retry behind our back (unlogged, untestable).
@@ -127,8 +139,15 @@ class AnthropicModel:
     def create(self, request: ModelRequest) -> ModelResponse:
         self._note_temperature(request)
         kwargs = call_kwargs(request)
-        attempts = self.max_retries + 1
+        deadline = None if request.deadline_s is None else self._clock() + request.deadline_s
+        attempts, timeout = self.max_retries + 1, kwargs["timeout"]
+        failure: _Failure | None = None
         for attempt in range(attempts):
+            if deadline is not None:  # this attempt may use the time left, no more
+                left = deadline - self._clock()
+                if left < MIN_ATTEMPT_S:
+                    raise _out_of_time(request, failure, attempt)
+                kwargs["timeout"] = min(timeout, left)
             outcome = self._attempt(kwargs, request.betas)
             if isinstance(outcome, bytes):
                 return parse_response(outcome)
@@ -136,12 +155,34 @@ class AnthropicModel:
             if attempt + 1 == attempts:
                 break
             delay = self._delay(attempt, failure.retry_after)
+            if deadline is not None and self._clock() + delay + MIN_ATTEMPT_S > deadline:
+                raise _out_of_time(request, failure, attempt + 1)
             log.warning(
                 "anthropic call failed (%s); attempt %d/%d, retrying in %.2fs",
                 failure.description, attempt + 1, attempts, delay,
             )
             self._sleep(delay)
+        assert failure is not None  # every attempt failed, at least one ran
         raise _unavailable(failure, attempts)
+
+    def count_tokens(self, request: ModelRequest) -> int:
+        """The input tokens ``request`` would cost, counted by the API (system prompt and tools included).
+
+        One attempt: a failure raises the typed error at once (``ModelUnavailable`` when it
+        could have been retried) and the caller keeps its estimate.
+        """
+        kwargs = {k: v for k, v in call_kwargs(request).items() if k != "max_tokens"}
+        kwargs["timeout"] = min(kwargs["timeout"], COUNT_TIMEOUT_S)
+        try:
+            if request.betas:
+                raw = self._client.beta.messages.with_raw_response.count_tokens(**kwargs, betas=list(request.betas))
+            else:
+                raw = self._client.messages.with_raw_response.count_tokens(**kwargs)
+            return parse_count(raw.http_response.content)
+        except anthropic.AnthropicError as err:
+            outcome = self._classify(err)
+        # Raised outside the except block: the SDK exception carries the auth header (see _attempt).
+        raise outcome if isinstance(outcome, ModelError) else _unavailable(outcome, 1)
 
     # -- one HTTP attempt -------------------------------------------------
 
@@ -294,8 +335,21 @@ def parse_response(body: bytes) -> ModelResponse:
         model=_str(data.get("model")),
         content=_blocks(content),
         stop_reason=data.get("stop_reason") if isinstance(data.get("stop_reason"), str) else None,
+        stop_details=data.get("stop_details") if isinstance(data.get("stop_details"), dict) else None,
         usage=_usage(data.get("usage")),
     )
+
+
+def parse_count(body: bytes) -> int:
+    """A raw count_tokens body -> its ``input_tokens``; BadResponse names what is wrong."""
+    try:
+        data = json.loads(body)
+    except ValueError as err:
+        raise BadResponse(f"Anthropic count_tokens response is not valid JSON ({err}): {_preview(body)}") from None
+    count = data.get("input_tokens") if isinstance(data, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise BadResponse(f"Anthropic count_tokens response has no input_tokens count: {_preview(body)}")
+    return count
 
 
 def _blocks(content: list[Any]) -> list[Any]:
@@ -373,6 +427,17 @@ def _unavailable(failure: _Failure, attempts: int) -> ModelUnavailable:
     return _tag(
         error, status=failure.status, error_type=failure.error_type, request_id=failure.request_id, attempts=attempts
     )
+
+
+def _out_of_time(request: ModelRequest, failure: _Failure | None, attempts: int) -> ModelUnavailable:
+    """The request's deadline leaves no time for another attempt."""
+    why = f"the {request.deadline_s:g}s deadline of this {request.purpose} call leaves no time for another attempt"
+    if failure is None:
+        return _tag(ModelUnavailable(f"Anthropic API not called: {why}"), status=None, error_type=None,
+                    request_id=None, attempts=0)
+    error = _unavailable(failure, attempts)
+    error.args = (f"{error.args[0]}; {why}",)
+    return error
 
 
 def _tag(error: E, **fields: Any) -> E:

@@ -8,13 +8,14 @@ the next request is assembled from; the log itself is untouched.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from agents.agent import Agent
 from agents.disk import AgentDisk
 from agents.events import CompactionRecord, WarningEvent
-from agents.models import ModelRequest
+from agents.models import ModelError, ModelRequest, ModelUnavailable
 from agents.outcomes import CompactionOutcome
 from agents.prompts import prompt
 from context.assembly import StaticPrefix
@@ -62,18 +63,30 @@ def run_compaction(root: Path, agent: Agent, after_step: int | None = None) -> C
                              tokens_after=event.tokens_after)
 
 
-def _summary_call(agent: Agent, static: StaticPrefix) -> Callable[[list[Message], float], SummaryReply]:
+def _summary_call(agent: Agent, static: StaticPrefix,
+                  clock: Callable[[], float] = time.monotonic) -> Callable[[list[Message], float], SummaryReply]:
+    """The compactor's model call. ``summary_timeout_s`` is the whole compaction's budget, wall clock:
+    the compactor's retry with the error and the model's own retries all fit in it, and what is left
+    is each call's deadline (``ModelRequest.deadline_s``). Past it, the compactor falls back."""
     config = agent.config
+    budget = config.model.summary_timeout_s
+    deadline = clock() + budget
 
     def call(messages: list[Message], timeout_s: float) -> SummaryReply:
+        left = min(timeout_s, deadline - clock())
+        if left <= 0:
+            raise ModelUnavailable(f"the summary's {budget:g}s deadline has passed")
         # Same system prompt and tools as the steps, so the summary call reads their cache.
         request = ModelRequest(
             model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=[m.api for m in messages],
             system=[{"type": "text", "text": static.system, "cache_control": {"type": "ephemeral"}}],
             tools=static.tools, temperature=config.model.summary_temperature,
-            timeout_s=timeout_s, purpose="summary", tool_choice={"type": "none"},
+            timeout_s=left, deadline_s=left, purpose="summary", tool_choice={"type": "none"},
         )
         response = agent.model.create(request)
+        if response.stop_reason in ("refusal", "model_context_window_exceeded"):
+            # Asking again with the parse error cannot help: the fallback summary, at once.
+            raise ModelError(f"the summary call stopped with {response.stop_reason}")
         return SummaryReply(text=response.message().text, usage=response.usage)
 
     return call

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -29,6 +29,9 @@ class _Event(BaseModel):
 
     kind: str
     at: str = Field(default_factory=now)
+    # Fields added after events.jsonl files existed: written only when they have a value,
+    # so a run that never sets them writes the same lines as before.
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset()
 
 
 class StepEvent(_Event):
@@ -45,6 +48,26 @@ class StepEvent(_Event):
     stop_reason: str | None = None
     duration_s: float
     tools: list[str] = Field(default_factory=list)
+    # The API's exact count of this request's input (count_tokens), when it was asked near the threshold.
+    counted_input: int | None = None
+
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"counted_input"})
+
+
+class OutputCutEvent(_Event):
+    """A reply stopped at ``max_tokens``. Its unfinished tool call never runs and never reaches the log.
+
+    ``retry_max_tokens`` set: the reply was dropped and the step asks again with that larger
+    limit (once). None: the reply was kept without its tool calls (or, text only, as it was)
+    and the agent was told it was cut (docs/agents.md, "The durable step").
+    """
+
+    kind: Literal["output_cut"] = "output_cut"
+    step: int
+    max_tokens: int
+    usage: dict[str, Any]
+    tools: list[str] = Field(default_factory=list)  # the calls in the cut reply; the last one unfinished
+    retry_max_tokens: int | None = None
 
 
 class CompactionRecord(CompactionEvent):
@@ -74,6 +97,10 @@ class ErrorEvent(_Event):
     kind: Literal["error"] = "error"
     step: int
     reason: str
+    stop_reason: str | None = None  # set when the model's own stop caused it (a refusal)
+    stop_details: dict[str, Any] | None = None  # what the API said about that stop (a refusal's category)
+
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"stop_reason", "stop_details"})
 
 
 class HandoffEvent(_Event):
@@ -84,7 +111,7 @@ class HandoffEvent(_Event):
 
 
 Event = Annotated[
-    StepEvent | CompactionRecord | WarningEvent | PromptTooLongEvent | ErrorEvent | HandoffEvent,
+    StepEvent | CompactionRecord | WarningEvent | PromptTooLongEvent | ErrorEvent | HandoffEvent | OutputCutEvent,
     Field(discriminator="kind"),
 ]
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
@@ -93,6 +120,9 @@ _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 def event_record(event: Event) -> dict[str, Any]:
     """The line written for ``event``: kind and time first, secrets redacted."""
     fields = event.model_dump(mode="json")
+    for name in getattr(event, "omitted_when_none", ()):  # a CompactionRecord is not an _Event
+        if fields.get(name) is None:
+            del fields[name]
     return redact_value({"kind": fields.pop("kind"), "at": fields.pop("at"), **fields})
 
 

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from context.messages import Block, Message, Usage
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"  # the only place the key is read from
+
+# Why the model stopped: the SDK's ``StopReason`` literal (anthropic 2.12). A response keeps
+# the value as a plain string, so a value a later API adds still loads; the step acts on each
+# of these (docs/agents.md, "The durable step") and treats an unknown one by its content.
+StopReason = Literal[
+    "end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal", "model_context_window_exceeded"
+]
 
 
 class ModelRequest(BaseModel):
@@ -31,12 +38,15 @@ class ModelRequest(BaseModel):
     temperature: float | None = None
     betas: list[str] = Field(default_factory=list)
     tool_choice: dict[str, Any] | None = None  # {"type": "none"} for summaries: text only
-    timeout_s: float | None = None
+    timeout_s: float | None = None  # of one HTTP attempt
+    # Seconds the whole call may take, retries included; None: no deadline (the step's own retry policy).
+    # A summary has one, so a compaction falls back to its deterministic summary in time.
+    deadline_s: float | None = Field(None, gt=0)
     purpose: Literal["step", "summary"] = "step"
 
     def fingerprint(self) -> str:
         """Same request, same fingerprint: used to prove no response is asked for twice."""
-        body = self.model_dump(exclude={"timeout_s"})
+        body = self.model_dump(exclude={"timeout_s", "deadline_s"})
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -45,7 +55,8 @@ class ModelResponse(BaseModel):
     id: str = ""
     model: str = ""
     content: list[Block]
-    stop_reason: str | None = None
+    stop_reason: str | None = None  # a StopReason, or a value newer than this code
+    stop_details: dict[str, Any] | None = None  # e.g. a refusal's category and explanation
     usage: Usage = Field(default_factory=Usage)
     simulated: bool = False
 
@@ -77,3 +88,14 @@ class Model(Protocol):
     label: str  # "anthropic" or "simulated"
 
     def create(self, request: ModelRequest) -> ModelResponse: ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A model that can count a request's input tokens exactly (Anthropic's free count_tokens).
+
+    Optional: the step asks for an exact count near the compaction threshold when its
+    model has this method, and trusts the estimate otherwise (the simulated model).
+    """
+
+    def count_tokens(self, request: ModelRequest) -> int: ...

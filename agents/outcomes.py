@@ -30,6 +30,7 @@ class StepOutcome(BaseModel):
     threshold: int = 0
     handoff_path: str | None = None
     model: str = ""
+    stop_reason: str | None = None  # why the model's reply of this step stopped, when the step called it
 
 
 class CompactionOutcome(BaseModel):

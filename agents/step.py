@@ -11,6 +11,13 @@
    runs the tools one by one (each result archived as it completes), persists
    the results and says what happens next.
 
+Every stop reason is acted on: ``tool_use`` runs the calls; ``end_turn`` and
+``stop_sequence`` without one get a reminder; ``pause_turn`` is sent back for
+the model to go on; ``max_tokens`` never runs a cut call (the reply is asked for
+once more with a larger limit, then kept without its calls and the agent told);
+``refusal`` fails the step; ``model_context_window_exceeded`` compacts like
+"prompt too long". Near the threshold the API's exact token count decides.
+
 The step number is the fencing token: step k is the k-th model response in
 the log. A call for a step that is already done, or not yet due, does nothing.
 A response that was persisted is never requested again; a crash between the
@@ -22,31 +29,51 @@ model call and persisting its answer means that request is sent once more
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agents.agent import Agent
 from agents.compaction_task import run_compaction
 from agents.disk import AgentDisk, LogRecord, accepted_handoff
-from agents.events import ErrorEvent, HandoffEvent, PromptTooLongEvent, StepEvent
-from agents.models import ModelError, ModelRequest, PromptTooLong
+from agents.events import ErrorEvent, HandoffEvent, OutputCutEvent, PromptTooLongEvent, StepEvent
+from agents.models import Model, ModelError, ModelRequest, ModelResponse, PromptTooLong, TokenCounter
 from agents.outcomes import StepOutcome
 from agents.tools.base import parse_envelope, run_tool
-from context.assembly import ContextOverflow
+from context.assembly import Assembled, ContextOverflow, StaticPrefix
 from context.compaction_event import CompactionEvent
 from context.messages import Message, TextBlock, ToolResultBlock, parse_message
 from scenarios.store import write_atomic
 
 Fault = Callable[[str, int], None]  # (point, step): tests inject crashes here
+log = logging.getLogger(__name__)
 
-# After this many replies in a row without any tool call, the turn fails.
+# After this many replies in a row without a tool call that ran, the turn fails.
 MAX_NUDGES = 3
 NUDGE = (
     "[baton] Your reply had no tool call, but a turn only ends with SubmitHandoff. "
     "Continue the work with the tools, then call SubmitHandoff with your payload."
 )
+CUT_CALLS = (
+    "[baton] Your reply was cut off at the output limit ({max_tokens} tokens) while it was writing a tool "
+    "call, so none of its tool calls ran ({calls}). Split the work into smaller tool calls: write a long "
+    "file in parts (Write a first part, then Edit to add the rest), one file per call."
+)
+CUT_TEXT = (
+    "[baton] Your reply was cut off at the output limit ({max_tokens} tokens). Continue from where it "
+    "stopped, in shorter replies: put long content into files with the tools."
+)
+CUT_MARKER = "[cut off at the output limit]"  # ends a cut reply in the log, where its tool calls were
+# A reply cut at max_tokens is asked for once more with twice the limit, up to the model's own
+# limit (ModelSettings.max_output_tokens); offline that limit is unknown and this cap stands in.
+FALLBACK_OUTPUT_LIMIT = 32_000
+MAX_RESUMES = 3  # a paused turn (pause_turn) is sent back this many times at most
+# Near the threshold the estimate (about 1% off) could decide either way: within this share
+# of it, the step asks the API for an exact count before deciding to compact.
+EXACT_COUNT_MARGIN = 0.10
 
 
 def _no_fault(_point: str, _step: int) -> None:
@@ -74,6 +101,13 @@ def run_step(root: Path, agent: Agent, step: int | None = None, *, fault: Fault 
     limit = agent.config.max_steps_per_turn
     if disk.steps_this_turn() >= limit:
         return _fail(disk, due, base, f"the turn reached max_steps_per_turn ({limit}) without a handoff")
+    last = disk.records[-1]
+    if last.kind == "assistant":
+        # A reply that ran no tool call, whose note a crash (or the failed turn a human now resumes) left
+        # out: the request must not end with the agent's own reply, so the note comes first.
+        reminded = _remind(disk, last.step, base, _note_for(disk, last.step))
+        if reminded.status == "failed":
+            return reminded
     return _call_model(disk, agent, due, base, fault)
 
 
@@ -97,28 +131,58 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
     except ContextOverflow as exc:
         return StepOutcome(step=step, status="compaction_needed", reason=str(exc), **base)
     base["tokens_in_context"] = assembled.estimated_input
-    over = assembler.should_compact(assembled, event) and _compaction_can_help(disk, agent, event, step)
-    if disk.state.force_compaction or over:
-        why = "the API said the prompt is too long" if disk.state.force_compaction else (
-            f"~{assembled.estimated_input} tokens in context, over the threshold of {agent.config.context.threshold}")
-        return StepOutcome(step=step, status="compaction_needed", reason=why, **base)
+    if disk.state.force_compaction:
+        return StepOutcome(step=step, status="compaction_needed", reason="the API said the prompt is too long",
+                           **base)
 
     config, static = agent.config, assembler.static
-    model, max_tokens = config.model.name, config.context.max_tokens
-    body = assembled.to_request(static, model=model, max_tokens=max_tokens)
-    request = ModelRequest(model=model, max_tokens=max_tokens, messages=body["messages"], system=body.get("system"),
-                           tools=body.get("tools", []), temperature=config.model.temperature,
-                           purpose="step")
-    started = time.monotonic()
-    try:
-        response = agent.model.create(request)
-    except PromptTooLong as exc:
-        return _too_long(disk, step, base, exc)
-    except ModelError as exc:
-        return _fail(disk, step, base, f"model error: {exc}")
-    fault("after_model_call", step)
+    # An earlier attempt of this step was cut and a crash came before its retry was persisted.
+    cuts = [e for e in disk.events if isinstance(e, OutputCutEvent) and e.step == step]
+    retry_max_tokens = cuts[0].retry_max_tokens if cuts else None
+    request = _request(agent, assembled, static, retry_max_tokens or config.context.max_tokens)
+    counted = _exact_count(disk, agent, assembled, request)
+    if counted is not None:  # an exact count teaches the estimator as a response's usage does
+        assembler.estimator.observe(counted, assembled.messages, extra_raw_tokens=static.tokens)
+        disk.state.estimator = assembler.estimator.to_dict()
+        disk.save_state()
+    tokens = assembled.estimated_input if counted is None else counted
+    base["tokens_in_context"] = tokens
+    # The compactor decides on the exact count when there is one (it is what the API will see).
+    over = assembler.should_compact(replace(assembled, estimated_input=tokens), event)
+    if over and _compaction_can_help(disk, agent, event, step):
+        why = f"~{tokens} tokens in context, over the threshold of {config.context.threshold}"
+        return StepOutcome(step=step, status="compaction_needed", reason=why, **base)
 
+    started = time.monotonic()
+    while True:
+        try:
+            response = _ask(agent.model, request)
+        except PromptTooLong as exc:
+            return _too_long(disk, step, base, f"the API said the prompt is too long: {exc}")
+        except ModelError as exc:
+            return _fail(disk, step, base, f"model error: {exc}")
+        fault("after_model_call", step)
+        # A tool call cut at max_tokens is unfinished: the reply is dropped (nothing of it is in the
+        # log, so asking again breaks no fencing rule) and asked for once more with room to finish.
+        larger = _larger_max_tokens(agent, request.max_tokens, tokens)
+        if response.stop_reason != "max_tokens" or not response.message().tool_uses or cuts or larger is None:
+            break
+        cuts.append(_record_cut(disk, step, request, response, retry_max_tokens=larger))
+        fault("after_cut", step)
+        request = request.model_copy(update={"max_tokens": larger})
+    base["stop_reason"] = stop = response.stop_reason
+
+    if stop == "refusal":
+        return _refused(disk, step, base, response)
+    if stop == "model_context_window_exceeded":
+        return _too_long(disk, step, base, "the model ran out of context window while it answered "
+                                           f"(stop_reason {stop}, {response.usage.output_tokens} tokens written)")
     message = response.message()
+    if stop == "max_tokens":
+        # Cut again (or no room to retry): the agent gets the reply without its tool calls, and a note.
+        _record_cut(disk, step, request, response, retry_max_tokens=None)
+        message = _without_tool_calls(message)
+
     disk.append("assistant", step, disk.iteration(), message, model=agent.model.label, request=request.fingerprint())
     disk.state.too_long_after_compaction = 0
     estimator = assembler.estimator
@@ -133,17 +197,105 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
             usage=response.usage.model_dump(),
             estimated_input=assembled.estimated_input,
             threshold=config.context.threshold,
-            stop_reason=response.stop_reason,
+            stop_reason=stop,
             duration_s=round(time.monotonic() - started, 3),
             tools=[u.name for u in message.tool_uses],
+            counted_input=counted,
         )
     )
     fault("after_persist_response", step)
 
     if not message.tool_uses:
-        return _nudge(disk, step, base)
+        return _remind(disk, step, base, _note_for(disk, step))
     disk.state.nudges = 0
     return _finish_tools(disk, agent, disk.records[-1], fault, base)
+
+
+def _request(agent: Agent, assembled: Assembled, static: StaticPrefix, max_tokens: int) -> ModelRequest:
+    config = agent.config
+    body = assembled.to_request(static, model=config.model.name, max_tokens=max_tokens)
+    return ModelRequest(model=config.model.name, max_tokens=max_tokens, messages=body["messages"],
+                        system=body.get("system"), tools=body.get("tools", []), temperature=config.model.temperature,
+                        purpose="step")
+
+
+def _ask(model: Model, request: ModelRequest) -> ModelResponse:
+    """The model's reply to ``request``; a paused turn is sent back, as it is, for the model to go on.
+
+    ``pause_turn`` means the API paused a long turn: the paused reply, as the last (assistant)
+    message, asks the model to continue it. The pieces become one reply, persisted once, with
+    the first call's input usage (what the estimator learns from) and every call's output.
+    """
+    first = response = model.create(request)
+    content, output_tokens = list(response.content), response.usage.output_tokens
+    for _ in range(MAX_RESUMES):
+        paused = Message(role="assistant", content=content)
+        if response.stop_reason != "pause_turn" or not content or paused.tool_uses:
+            break  # a paused reply with tool calls is not continued: its calls run as they are
+        response = model.create(request.model_copy(update={"messages": [*request.messages, paused.api]}))
+        content += response.content
+        output_tokens += response.usage.output_tokens
+    if response is first:
+        return response
+    usage = first.usage.model_copy(update={"output_tokens": output_tokens})
+    return response.model_copy(update={"content": content, "usage": usage})
+
+
+def _exact_count(disk: AgentDisk, agent: Agent, assembled: Assembled, request: ModelRequest) -> int | None:
+    """The API's count of ``request``'s input when the estimate could decide wrongly, else None.
+
+    Asked (count_tokens is free) for the agent's first call, when the estimator has seen no
+    real usage yet, and whenever the estimate is within EXACT_COUNT_MARGIN of the threshold.
+    The count teaches the estimator like a response's usage does. A model without the method
+    (the simulated one) is never asked, and a failed count leaves the estimate in charge.
+    """
+    if not isinstance(agent.model, TokenCounter):
+        return None
+    threshold = agent.config.context.threshold
+    first_call = not any(isinstance(e, StepEvent) for e in disk.events)
+    if not first_call and abs(assembled.estimated_input - threshold) > EXACT_COUNT_MARGIN * threshold:
+        return None
+    try:
+        return agent.model.count_tokens(request)
+    except ModelError as exc:
+        log.warning("no exact token count (%s); the estimate of %d decides", exc, assembled.estimated_input)
+        return None
+
+
+def _larger_max_tokens(agent: Agent, max_tokens: int, input_tokens: int) -> int | None:
+    """The doubled output limit for a retry, within the model's limit and the window; None when there is no room."""
+    limit = agent.config.model.max_output_tokens or FALLBACK_OUTPUT_LIMIT
+    room = agent.config.context.window - input_tokens  # input plus max_tokens must fit the window
+    larger = min(2 * max_tokens, limit, room)
+    return larger if larger > max_tokens else None
+
+
+def _record_cut(disk: AgentDisk, step: int, request: ModelRequest, response: ModelResponse,
+                retry_max_tokens: int | None) -> OutputCutEvent:
+    # Names only: the cut reply's content (an unfinished call's input above all) never reaches disk.
+    cut = OutputCutEvent(step=step, max_tokens=request.max_tokens, usage=response.usage.model_dump(),
+                         tools=[u.name for u in response.message().tool_uses], retry_max_tokens=retry_max_tokens)
+    disk.event(cut)
+    return cut
+
+
+def _without_tool_calls(message: Message) -> Message:
+    """A cut reply as the log keeps it: its text, none of its tool calls (the last one is unfinished, and
+    the others are left to the agent, which is told which ones did not run)."""
+    kept = [b for b in message.content if isinstance(b, TextBlock)]
+    if message.tool_uses or not kept:
+        kept.append(TextBlock(text=CUT_MARKER))
+    return Message(role="assistant", content=kept, usage=message.usage)
+
+
+def _refused(disk: AgentDisk, step: int, base: dict[str, Any], response: ModelResponse) -> StepOutcome:
+    """The model declined: the step fails, nothing of the reply is kept, and no reminder is sent."""
+    details = response.stop_details or {}
+    said = "; ".join(f"{key} {details[key]}" for key in ("category", "explanation") if details.get(key))
+    reason = (f"the model refused to continue (stop_reason refusal{': ' + said if said else ''}); "
+              "its reply was not kept. Revise the brief or the design, then resume the run")
+    disk.event(ErrorEvent(step=step, reason=reason, stop_reason="refusal", stop_details=response.stop_details))
+    return StepOutcome(step=step, status="failed", reason=reason, **base)
 
 
 def _compaction_can_help(disk: AgentDisk, agent: Agent, event: CompactionEvent | None, step: int) -> bool:
@@ -160,26 +312,40 @@ def _compaction_can_help(disk: AgentDisk, agent: Agent, event: CompactionEvent |
     return step - 1 - (disk.compacted_after() or 0) >= policy.keep_last_steps
 
 
-def _too_long(disk: AgentDisk, step: int, base: dict[str, Any], exc: Exception) -> StepOutcome:
-    # One compaction and one retry (docs/agents.md): a second "too long" right after a compaction fails the step.
+def _too_long(disk: AgentDisk, step: int, base: dict[str, Any], why: str) -> StepOutcome:
+    """The context does not fit (the API's "prompt is too long", or the window ran out while the model
+    answered): one compaction and one retry (docs/agents.md); a second time right after a compaction fails."""
     if disk.state.too_long_after_compaction >= 1:
-        return _fail(disk, step, base, f"the prompt is still too long after a compaction: {exc}")
+        return _fail(disk, step, base, f"still too long after a compaction: {why}")
     disk.state.force_compaction = True
     disk.save_state()
-    disk.event(PromptTooLongEvent(step=step, detail=str(exc)))
-    return StepOutcome(step=step, status="compaction_needed", reason=f"the API said the prompt is too long: {exc}",
-                       **base)
+    disk.event(PromptTooLongEvent(step=step, detail=why))
+    return StepOutcome(step=step, status="compaction_needed", reason=why, **base)
 
 
-def _nudge(disk: AgentDisk, step: int, base: dict[str, Any]) -> StepOutcome:
+def _note_for(disk: AgentDisk, step: int) -> str:
+    """What the agent is told after step ``step``'s reply ran no tool call: why, from the events."""
+    kept = [e for e in disk.events if isinstance(e, OutputCutEvent) and e.step == step and e.retry_max_tokens is None]
+    if not kept:
+        return NUDGE
+    cut = kept[-1]
+    if cut.tools:
+        return CUT_CALLS.format(max_tokens=cut.max_tokens, calls=", ".join(cut.tools))
+    return CUT_TEXT.format(max_tokens=cut.max_tokens)
+
+
+def _remind(disk: AgentDisk, step: int, base: dict[str, Any], note: str) -> StepOutcome:
+    """After a reply that ran no tool call: a note saying why and what to do, or a failed turn when it keeps
+    happening. A cut reply counts too: a model that keeps overrunning the limit would loop otherwise."""
     disk.state.nudges += 1
     if disk.state.nudges > MAX_NUDGES:
+        replies = disk.state.nudges
+        disk.state.nudges = 0  # a human who resumes the run gives the agent a fresh count
         disk.save_state()
-        return _fail(disk, step, base,
-                     f"the agent replied {disk.state.nudges} times in a row without a tool call or a handoff")
-    disk.append("note", step, disk.iteration(), Message(role="user", content=[TextBlock(text=NUDGE)]))
+        return _fail(disk, step, base, f"the agent replied {replies} times in a row without a tool call that ran")
+    disk.append("note", step, disk.iteration(), Message(role="user", content=[TextBlock(text=note)]))
     disk.save_state()
-    return StepOutcome(step=step, status="continue", reason="reply without tool calls; reminded the agent to hand off",
+    return StepOutcome(step=step, status="continue", reason="reply without a tool call that ran; told the agent why",
                        **base)
 
 

@@ -34,10 +34,15 @@ def _message(content: list[dict], stop: str, usage: dict) -> dict:
 
 
 class Api:
-    def __init__(self, *bodies: dict):
-        self.bodies, self.requests = list(bodies), []
+    """Messages calls take the next body; token counts (an agent's first call asks one) answer ``counted``."""
+
+    def __init__(self, *bodies: dict, counted: int = 5_000):
+        self.bodies, self.requests, self.counts, self.counted = list(bodies), [], [], counted
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/v1/messages/count_tokens":
+            self.counts.append(request)
+            return httpx2.Response(200, json={"input_tokens": self.counted}, headers={"request-id": "req_c"})
         self.requests.append(request)
         status = 200 if self.bodies[0].get("type") == "message" else 429
         return httpx2.Response(
