@@ -47,6 +47,7 @@ from agents.config import (
     flat_name,
     flatten,
 )
+from agents.pricing import Price
 from agents.role import ROLES, Role
 
 # Profiles have the shape of the scenario.toml [agents] table: keys for both
@@ -82,6 +83,7 @@ class ScenarioConfig(BaseModel):
     max_iterations: int = Field(3, ge=1)
     profile: str | None = None
     agents: dict[str, Any] = Field(default_factory=dict)
+    prices: dict[str, Price] = Field(default_factory=dict)  # by model id, over agents.pricing.DEFAULT_PRICES
 
     @field_validator("profile")
     @classmethod

@@ -13,6 +13,7 @@ stopped to wait for approval), 1 the scenario finished below its target,
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +29,7 @@ from workers import loop
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
-from workers.readmodel import read_agent
+from workers.readmodel import read_agent, scenario_roots, status_json
 from workers.render import err, layers_table, out, say, status_overview, status_report
 from workers.timeline import plot_timeline
 
@@ -199,9 +200,16 @@ def resume(name: str, profile: Profile = None, embedded: Embedded = None, follow
 
 @cli.command()
 @guarded
-def status(name: Annotated[str | None, typer.Argument(help="one scenario; all when omitted")] = None) -> None:
+def status(
+    name: Annotated[str | None, typer.Argument(help="one scenario; all when omitted")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable: run, agents, models and spend")] = False,
+) -> None:
     """Where each scenario stands, read from disk only."""
-    if name is None:
+    if as_json:
+        roots = [loop.scenario_root(name)] if name else scenario_roots(loop.scenarios_dir())
+        reports = [status_json(root) for root in roots]
+        typer.echo(json.dumps(reports[0] if name else reports, indent=2))
+    elif name is None:
         status_overview(loop.scenarios_dir())
     else:
         status_report(loop.scenario_root(name))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agents.catalogue import PinnedModel
 from agents.config import ConfigError
@@ -19,6 +20,7 @@ from agents.settings_layers import load_scenario_config
 from scenarios.run import RunRecord, load_run
 from scenarios.store import AGENTS, Layout
 from workers.pinning import pins_of
+from workers.spend import read_spend
 
 SIMULATED = "simulated"  # the model label of the offline simulated model
 
@@ -88,6 +90,23 @@ class Snapshot:
     def pins(self) -> dict[str, PinnedModel]:
         """Each agent's model on the real API, as pinned in run.json."""
         return pins_of(self.record)
+
+
+def scenario_roots(folder: Path) -> list[Path]:
+    """The scenario folders in ``folder``: those with a scenario.toml."""
+    return sorted(p for p in folder.glob("*") if (p / "scenario.toml").is_file()) if folder.is_dir() else []
+
+
+def status_json(root: Path) -> dict[str, Any]:
+    """``baton status --json``: what status shows, as data (the spend in ``workers.spend``'s shape)."""
+    snap = Snapshot.read(root, detailed=True)
+    agents = {role: {"model": view.model, "steps": view.steps, "estimated_input": view.estimated,
+                     "threshold": view.threshold, "compactions": len(view.compactions), "fallbacks": view.fallbacks,
+                     "breaker": view.breaker, "warnings": view.warnings, "errors": view.errors,
+                     "problems": view.problems} for role, view in snap.agents.items()}
+    return {"scenario": root.name, "run": snap.record.model_dump(mode="json") if snap.record else None,
+            "agents": agents, "models": {role: pin.model_dump(mode="json") for role, pin in snap.pins.items()},
+            "spend": read_spend(root).model_dump(mode="json"), "scenario_toml_problem": toml_problem(root)}
 
 
 def toml_problem(root: Path) -> str | None:

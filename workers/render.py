@@ -18,7 +18,8 @@ from rich.text import Text
 from agents.catalogue import PinnedModel
 from scenarios.run import RunRecord
 from scenarios.store import Layout, StoreError
-from workers.readmodel import SIMULATED, AgentView, Snapshot, toml_problem
+from workers.readmodel import SIMULATED, AgentView, Snapshot, scenario_roots, toml_problem
+from workers.spend import RunSpend, read_spend
 
 ACTORS = {"designing": " (Init)", "executing": " (Execute)", "awaiting_approval": " (your turn)"}
 
@@ -107,6 +108,41 @@ def model_cell(view: AgentView, pin: PinnedModel | None) -> Text:
     return Text(pin.id)
 
 
+def _dollars(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def spend_table(spend: RunSpend) -> Table:
+    """Tokens by kind and their cost: per agent, its iterations and its compactions."""
+    table = Table("agent", "model", "input", "cache write", "cache read", "output", "cost", "saved by cache",
+                  title="what the run spent", title_justify="left")
+    for agent in spend.agents.values():
+        rows = [(agent.role, agent.total), *((f"  iteration {n}", s) for n, s in agent.by_iteration.items()),
+                (f"  {len(agent.per_compaction)} compaction(s)", agent.compactions)]
+        for i, (label, part) in enumerate(rows):
+            t = part.tokens
+            model = (agent.model or "simulated") if i == 0 else ""
+            table.add_row(label, model, f"{t.input:,}", f"{t.cache_write:,}", f"{t.cache_read:,}", f"{t.output:,}",
+                          _dollars(part.cost_usd), _dollars(part.saved_by_cache_usd))
+    total = spend.total
+    table.add_row("total", "", f"{total.tokens.input:,}", f"{total.tokens.cache_write:,}",
+                  f"{total.tokens.cache_read:,}", f"{total.tokens.output:,}", _dollars(total.cost_usd),
+                  _dollars(total.saved_by_cache_usd), style="bold")
+    return table
+
+
+def spend_note(spend: RunSpend) -> Text | None:
+    """Why a cost is missing, when it is."""
+    unpriced = [a for a in spend.agents.values() if not a.priced and a.total.tokens.output]
+    if not unpriced:
+        return None
+    if all(a.model is None for a in unpriced):
+        return Text("the simulated model is not billed: tokens are shown, costs are not")
+    models = ", ".join(sorted({a.model for a in unpriced if a.model}))
+    return Text(f"no price on file for {models}: add [prices.<model id>] (input, output, cache_write, cache_read "
+                "in $/MTok) to scenario.toml", style="yellow")
+
+
 def iterations_table(root: Path, record: RunRecord) -> Table:
     table = Table("iteration", "success rate", "passed", "report")
     for r in record.results:
@@ -148,6 +184,11 @@ def status_report(root: Path) -> None:
         if record.results:
             out.print(iterations_table(root, record))
     out.print(agents_table(snap, detailed=True))
+    spend = read_spend(root)
+    if spend.total.tokens.output:
+        out.print(spend_table(spend))
+        if note := spend_note(spend):
+            say(note)
     problem = toml_problem(root)
     if problem:
         say(Text.assemble(("scenario.toml: ", "bold red"), problem))
@@ -161,7 +202,7 @@ def status_report(root: Path) -> None:
 
 def status_overview(folder: Path) -> None:
     """``baton status``: one row per scenario in ``folder``."""
-    roots = sorted(p for p in folder.glob("*") if (p / "scenario.toml").is_file()) if folder.is_dir() else []
+    roots = scenario_roots(folder)
     if not roots:
         say(Text(f"no scenarios in {folder}; create one with `baton new NAME`"))
         return

@@ -1,0 +1,97 @@
+"""What a model's tokens cost, by kind: input, cache writes, cache reads, output (docs/agents.md, "What a run spends").
+
+Prices are US dollars per million tokens from the published model pages
+(platform.claude.com/docs/models/<model>/overview, November 2026; 5-minute cache
+writes). A scenario overrides or adds prices in scenario.toml::
+
+    [prices.claude-opus-5-5]
+    input = 4.0
+    output = 20.0
+    cache_write = 5.0
+    cache_read = 0.2
+
+A model with no price on file has no cost (``None``), never a cost of zero: a
+total that silently left it out would look cheaper than it was.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Price(BaseModel):
+    """US dollars per million tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_write: float = Field(ge=0)
+    cache_read: float = Field(ge=0)
+
+
+def _standard(input: float, output: float) -> Price:
+    # The usual ratios: a 5-minute cache write costs 1.25x input, a read 0.1x.
+    return Price(input=input, output=output, cache_write=input * 1.25, cache_read=input * 0.1)
+
+
+DEFAULT_PRICES: dict[str, Price] = {
+    # Opus 5.5 reads its cache at 0.05x input, not the usual 0.1x (its model page).
+    "claude-opus-5-5": Price(input=4.0, output=20.0, cache_write=5.0, cache_read=0.20),
+    "claude-opus-5": Price(input=5.0, output=25.0, cache_write=6.25, cache_read=0.50),
+    "claude-sonnet-5-5": Price(input=2.0, output=10.0, cache_write=2.50, cache_read=0.20),
+    "claude-sonnet-5": Price(input=2.0, output=10.0, cache_write=2.50, cache_read=0.20),
+    "claude-opus-4-6": _standard(5.0, 25.0),
+    "claude-opus-4-5": _standard(5.0, 25.0),
+    "claude-sonnet-4-6": _standard(3.0, 15.0),
+    "claude-sonnet-4-5": _standard(3.0, 15.0),
+    "claude-haiku-4-5": _standard(1.0, 5.0),
+}
+
+_DATED = re.compile(r"-\d{8}$")  # claude-opus-4-5-20251101 is priced as claude-opus-4-5
+
+
+def price_for(model_id: str | None, overrides: Mapping[str, Price] | None = None) -> Price | None:
+    """The price of ``model_id``: a scenario's override, else the default table, else None."""
+    if not model_id:
+        return None
+    table = {**DEFAULT_PRICES, **(overrides or {})}
+    return table.get(model_id) or table.get(_DATED.sub("", model_id))
+
+
+class Tokens(BaseModel):
+    """Tokens by kind, as the API's ``usage`` reports them."""
+
+    input: int = 0
+    cache_write: int = 0
+    cache_read: int = 0
+    output: int = 0
+
+    @classmethod
+    def of(cls, usage: Mapping[str, Any] | BaseModel | None) -> Tokens:
+        raw = usage.model_dump() if isinstance(usage, BaseModel) else dict(usage or {})
+        return cls(input=raw.get("input_tokens") or 0, cache_write=raw.get("cache_creation_input_tokens") or 0,
+                   cache_read=raw.get("cache_read_input_tokens") or 0, output=raw.get("output_tokens") or 0)
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(input=self.input + other.input, cache_write=self.cache_write + other.cache_write,
+                      cache_read=self.cache_read + other.cache_read, output=self.output + other.output)
+
+    def cost(self, price: Price | None) -> float | None:
+        """US dollars, or None without a price."""
+        if price is None:
+            return None
+        dollars = (self.input * price.input + self.cache_write * price.cache_write
+                   + self.cache_read * price.cache_read + self.output * price.output)
+        return dollars / 1_000_000
+
+    def uncached_cost(self, price: Price | None) -> float | None:
+        """What the same calls would have cost with no prompt cache: every input token at the input price."""
+        if price is None:
+            return None
+        every_input = self.input + self.cache_write + self.cache_read
+        return (every_input * price.input + self.output * price.output) / 1_000_000
