@@ -1,0 +1,54 @@
+"""End to end through the double: ``ANTHROPIC_API_KEY=... ANTHROPIC_BASE_URL=http://127.0.0.1:P baton run
+refund_desk --auto-approve --profile demo`` reaches done with every call on the real SDK path: the lines
+resolved through ``GET /v1/models`` and pinned, ``count_tokens``, and each step and summary a Messages call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scenarios.run import copy_scenario
+from tests.fake_api_support import KEY, stats
+from workers.fake_api.server import FakeApi, Running, start
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
+# A broker or a profile in the developer's shell must not turn this into another kind of run.
+UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "BATON_PROFILE", "BATON_SCENARIOS_DIR", "ANTHROPIC_AUTH_TOKEN")
+
+
+@pytest.fixture
+def double() -> Iterator[Running]:
+    running = start(FakeApi())
+    yield running
+    running.stop()
+
+
+def test_a_run_reaches_done_through_the_double(tmp_path, double):
+    copy_scenario(EXAMPLE, tmp_path / "refund_desk")
+    env = {name: value for name, value in os.environ.items() if name not in UNSET}
+    env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=double.url, COLUMNS="200")
+    baton = str(Path(sys.executable).parent / "baton")
+    done = subprocess.run([baton, "--scenarios-dir", str(tmp_path), "run", "refund_desk", "--auto-approve",
+                           "--profile", "demo", "--embedded"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    record = json.loads((tmp_path / "refund_desk" / "run.json").read_text())
+    assert (record["phase"], record["status"]) == ("done", "succeeded")
+    assert {role: pin["id"] for role, pin in record["models"].items()} == {
+        "init": "claude-opus-5-5", "execute": "claude-sonnet-5-5"}
+
+    seen = stats(double.url)
+    assert seen["requests"]["GET /v1/models"] >= 1 and seen["requests"]["POST /v1/messages"] > 20
+    assert seen["errors"] == {} and seen["faults"] == {}
+    assert seen["tokens"]["cache_read"] > seen["tokens"]["cache_write"] > 0  # the prefix is reused step after step
+    log = (tmp_path / "refund_desk" / "state" / "init" / "log.jsonl").read_text()
+    assert "[simulated]" in log  # the double's answers still say who wrote them
+    everything = done.stdout + done.stderr + "".join(
+        p.read_text(errors="replace") for p in (tmp_path / "refund_desk").rglob("*") if p.is_file())
+    assert KEY not in everything
