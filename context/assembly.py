@@ -4,7 +4,8 @@ The request is derived from the log view and the latest compaction event; it
 is never stored. Layers, in order:
 
 1. system prompt and tools (static; carried by `StaticPrefix`)
-2. the latest compaction summary: [user: compact prompt, assistant: summary]
+2. the latest compaction summary: [user: compact prompt, assistant: summary], then, when
+   the kept steps start mid-round, that round's opening message (pinned, capped) and the bridge
 3. earlier rounds since that point: opening user message + final assistant message
 4. current round, steps older than the verbatim window: tool results compressed
 5. the last steps verbatim (results over the size cap cut to head + tail)
@@ -35,21 +36,29 @@ from pydantic import (
 )
 
 from context.compaction_event import CompactionEvent, ViewSpan
-from context.compression import archive_ref
+from context.compression import archive_ref, log_ref
 from context.estimator import TokenEstimator
-from context.history import History
+from context.history import NOTE_PREFIX, History, own_text
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from context.policy import Policy
 from context.strategies import COMPACTORS, COMPRESSORS, instantiate
+from context.text import head_tail
 from context.tokens import count_text
 
 # Anthropic prompt-cache prices relative to base input: a read costs 0.1x, a write 1.25x.
 CACHE_READ, CACHE_WRITE = 0.1, 1.25
+EPHEMERAL = {"type": "ephemeral"}
 
 BRIDGE = (
-    "[baton] The conversation above was compacted: the summary stands for everything "
+    f"{NOTE_PREFIX} The conversation above was compacted: the summary stands for everything "
     "before this point. The most recent steps follow verbatim. Continue the task."
 )
+# The opening of the round the kept steps belong to (the brief, a handoff payload, a human's feedback):
+# the summary alone would speak for the task, so it is repeated before the bridge.
+PINNED_OPENING = NOTE_PREFIX + (
+    " This round's opening message, kept through the compaction:\n<round_opening>\n{text}\n</round_opening>"
+)
+OPENING_CUT = "\n(cut to {cap:,} characters; the whole message is {ref})"
 
 
 class TokenEstimate(Protocol):
@@ -122,24 +131,33 @@ class Assembled:
         prompt caches the tools too; the tool list gets its own only when there is
         no system prompt. That leaves three for messages (see `Assembled.breakpoints`).
         """
-        ephemeral = {"type": "ephemeral"}
-        tools = [dict(t) for t in static.tools]
-        if tools and not static.system:
-            tools[-1]["cache_control"] = ephemeral
-        msgs = []
-        for i, m in enumerate(self.messages):
-            body = m.api
-            if i in self.breakpoints:
-                content = [dict(b) for b in body["content"]]
-                content[-1]["cache_control"] = ephemeral
-                body = {"role": m.role, "content": content}
-            msgs.append(body)
-        request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": msgs}
-        if static.system:
-            request["system"] = [{"type": "text", "text": static.system, "cache_control": ephemeral}]
-        if tools:
-            request["tools"] = tools
-        return request | self.request_fields | extra
+        marks = set(self.breakpoints)
+        messages = [with_cache_control(m) if i in marks else m.api for i, m in enumerate(self.messages)]
+        return request_body(static, messages, model=model, max_tokens=max_tokens) | self.request_fields | extra
+
+
+def with_cache_control(message: Message, block: int = -1) -> dict[str, Any]:
+    """The request form of `message` with a cache breakpoint on one of its blocks (the last by default).
+    The message's cached `api` form is left untouched."""
+    content = [dict(b) for b in message.api["content"]]
+    content[block]["cache_control"] = EPHEMERAL
+    return {"role": message.role, "content": content}
+
+
+def request_body(
+    static: StaticPrefix, messages: list[dict[str, Any]], *, model: str, max_tokens: int
+) -> dict[str, Any]:
+    """A Messages API body: `messages` as given, the static prefix with its one breakpoint (on the system
+    prompt, which covers the tools; on the last tool when there is no system prompt)."""
+    tools = [dict(t) for t in static.tools]
+    if tools and not static.system:
+        tools[-1]["cache_control"] = EPHEMERAL
+    request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
+    if static.system:
+        request["system"] = [{"type": "text", "text": static.system, "cache_control": EPHEMERAL}]
+    if tools:
+        request["tools"] = tools
+    return request
 
 
 def kept_from(history: History, base: int, keep_steps: int) -> int:
@@ -174,6 +192,7 @@ class Assembler:
     _prefix_key: tuple | None = field(default=None, repr=False)
     _prefix: tuple[list[Message], dict[str, int], int, int] | None = field(default=None, repr=False)
     _decisions: dict[int, bool] = field(default_factory=dict, repr=False)
+    _reopenings: dict[int, Message] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.compressor is None:
@@ -231,6 +250,30 @@ class Assembler:
         for k in [k for k in self._capped if k[0] >= index]:
             del self._capped[k]
 
+    def _reopening(self, base: int) -> Message:
+        """The user message between a summary and kept steps that start mid-round at view[base]: the
+        latest opening before them (pinned, capped: the summary alone would speak for the task), then the
+        bridge. One user message, so roles alternate.
+
+        It depends only on view messages before `base`, which no later message can merge into, so it is
+        built once and is byte-identical on every call while the compaction event is the latest.
+        """
+        msg = self._reopenings.get(base)
+        if msg is None:
+            opening = self.history.latest_opening(base) if self.policy.opening_cap_chars else None
+            pinned = [] if opening is None else [TextBlock(text=PINNED_OPENING.format(text=self._pinned_text(opening)))]
+            msg = self._reopenings[base] = Message(role="user", content=[*pinned, TextBlock(text=BRIDGE)])
+        return msg
+
+    def _pinned_text(self, opening: int) -> str:
+        """The opening's own text (`own_text`: tool results merged before it are left out), cut to head +
+        tail with a reference to its log records when over `opening_cap_chars`."""
+        text, cap = own_text(self.history.view[opening]), self.policy.opening_cap_chars
+        if len(text) <= cap:
+            return text
+        ref = log_ref(self.agent, self.history.seqs_at(opening))
+        return head_tail(text, cap - cap // 4, cap // 4) + OPENING_CUT.format(cap=cap, ref=ref)
+
     def should_compact(self, assembled: Assembled, event: CompactionEvent | None) -> bool:
         """Whether to compact before this request: the compactor's decision."""
         return self.compactor.should_compact(self, assembled, event)
@@ -247,7 +290,8 @@ class Assembler:
         base, cap_until = span.kept_from, span.kept_until
         head: list[Message] = list(event.messages) if event else []
         if event and base < len(view) and view[base].role == "assistant":
-            head.append(Message(role="user", content=[TextBlock(text=BRIDGE)]))
+            head.append(self._reopening(base))  # the kept steps start mid-round
+        pinned = sum(b.tokens for b in head[-1].content[:-1]) if len(head) == 3 else 0  # all but the bridge
         managed = sum(m.tokens for m in head) + self.history.tokens(base) >= pol.start_tokens
 
         # Segments: rounds since the compaction point; steps kept by a compaction
@@ -259,7 +303,7 @@ class Assembler:
         n_batches = max(0, (len(steps) - pol.keep_last_steps) // pol.batch) if managed else 0
 
         prefix, layers, previous_end, n_compressed = self._stable_prefix(
-            event, head, starts, steps, n_batches, managed, cap_until
+            event, head, pinned, starts, steps, n_batches, managed, cap_until
         )
         verbatim = steps[n_batches * pol.batch :]
         build = partial(
@@ -315,7 +359,7 @@ class Assembler:
             self._decisions[key] = (raw - small) * CACHE_READ * pol.payback_calls >= rewrite * CACHE_WRITE
         return self._decisions[key]
 
-    def _stable_prefix(self, event, head, starts, steps, n_batches, managed, cap_until):
+    def _stable_prefix(self, event, head, pinned, starts, steps, n_batches, managed, cap_until):
         """Layers 2-4, memoised: with hysteresis they change only every B steps."""
         # The current round's opening message may be the last view message, which a
         # following user message can still merge into: its identity is part of the key.
@@ -323,7 +367,8 @@ class Assembler:
         key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), opening, n_batches, managed)
         if key != self._prefix_key or self._prefix is None:
             view = self.history.view
-            layers = {"summary": sum(m.tokens for m in head), "earlier_rounds": 0, "compressed": 0, "kept_batches": 0}
+            layers = {"summary": sum(m.tokens for m in head) - pinned, "pinned_opening": pinned, "earlier_rounds": 0,
+                      "compressed": 0, "kept_batches": 0}
             msgs = list(head)
             for start, end in zip(starts, starts[1:]):
                 if managed:  # layer 3: the opening user message and the final answer only

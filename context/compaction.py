@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any, Callable, ClassVar
+from functools import cached_property
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from context.assembly import Assembled, Assembler, kept_from
+from context.assembly import Assembled, Assembler, StaticPrefix, kept_from, request_body, with_cache_control
 from context.compaction_event import CompactionEvent
 from context.compression import archive_ref
 from context.history import History
@@ -43,6 +46,7 @@ class KnownFacts(BaseModel):
     execution_output_dir: str | None = None
     design_files: list[str] = Field(default_factory=list)
     last_report: dict[str, Any] | None = None
+    target_success_rate: float | None = None  # from scenario.toml, when the caller knows it
     key_paths: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -210,23 +214,81 @@ class SummaryReply(BaseModel):
     usage: Usage | None = None
 
 
-SummaryCall = Callable[[list[Message], float], SummaryReply]
-"""(request messages, timeout in seconds) -> reply. Raise on any model error or timeout."""
+@dataclass(frozen=True)
+class SummaryRequest(Sequence[Message]):
+    """The summary call's messages: the step's assembled messages, the compact prompt after them (merged
+    into a trailing user message), any retry exchange, and where the cache breakpoints go.
+
+    It is a sequence of its messages (what the model reads). `to_request` is the API body with the
+    breakpoints: on the system prompt, and on the messages the last step request had them on
+    (`summary_breakpoints`), so the history the steps already cached is read at 0.1x, not paid in full.
+    """
+
+    context: tuple[Message, ...]  # the step's assembled messages, unchanged
+    prompt: str
+    breakpoints: tuple[int, ...]  # indices into `context`: the last block of each gets cache_control
+    followups: tuple[Message, ...] = ()  # a retry: the unusable reply and the error
+
+    @cached_property
+    def messages(self) -> list[Message]:
+        msgs = list(self.context)
+        ask = TextBlock(text=self.prompt)
+        if msgs and msgs[-1].role == "user":
+            msgs[-1] = Message(role="user", content=[*msgs[-1].content, ask])
+        else:
+            msgs.append(Message(role="user", content=[ask]))
+        return msgs + list(self.followups)
+
+    def __getitem__(self, index):  # type: ignore[override]  # a Sequence's int and slice forms
+        return self.messages[index]
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def retry(self, reply: str, error: str) -> SummaryRequest:
+        """The same request followed by the unusable reply and the error to fix."""
+        exchange = (Message(role="assistant", content=[TextBlock(text=reply or "(empty)")]),
+                    Message(role="user", content=[TextBlock(text=RETRY.format(error=error))]))
+        return replace(self, followups=self.followups + exchange)
+
+    def api_messages(self) -> list[dict[str, Any]]:
+        """The messages in request form, cache_control on the breakpoints' blocks. Merging the prompt
+        only appends a block, so a breakpoint stays on the block the step request had it on."""
+        marks = {i: len(self.context[i].content) - 1 for i in self.breakpoints}
+        return [with_cache_control(m, marks[i]) if i in marks else m.api for i, m in enumerate(self.messages)]
+
+    def to_request(self, static: StaticPrefix, *, model: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+        """The Messages API body: at most 4 breakpoints, one for the static prefix and 3 on messages."""
+        return request_body(static, self.api_messages(), model=model, max_tokens=max_tokens) | extra
 
 
-def summary_request(assembled: Assembled, prompt: str) -> list[Message]:
-    """The current context plus the compact prompt (merged into a trailing user message)."""
-    msgs = list(assembled.messages)
-    ask = TextBlock(text=prompt)
-    if msgs and msgs[-1].role == "user":
-        msgs[-1] = Message(role="user", content=[*msgs[-1].content, ask])
-    else:
-        msgs.append(Message(role="user", content=[ask]))
-    return msgs
+def summary_breakpoints(assembled: Assembled) -> tuple[int, ...]:
+    """Where the summary request puts its message breakpoints: where the last step request had them.
+
+    That request wrote cache entries at the previous batch end, the stable end and its own last message,
+    the user message before the newest step; the summary request shares that prefix, so a breakpoint at
+    each reads it. The newest step was never sent (it is why the context is compacted), and the summary
+    request is sent once: a breakpoint after the newest step would only write what no request reads (1.25x).
+    """
+    marks = set(assembled.breakpoints[:-1])  # the last one marks the newest message
+    newest_step = max((i for i, m in enumerate(assembled.messages) if m.role == "assistant"), default=0)
+    if newest_step - 1 > max(marks, default=-1):
+        marks.add(newest_step - 1)
+    return tuple(sorted(marks))
+
+
+def summary_request(assembled: Assembled, prompt: str) -> SummaryRequest:
+    """The current context plus the compact prompt, with the last step request's cache breakpoints."""
+    return SummaryRequest(tuple(assembled.messages), prompt, summary_breakpoints(assembled))
+
+
+SummaryCall = Callable[[SummaryRequest, float], SummaryReply]
+"""(summary request, timeout in seconds) -> reply. Send ``request.to_request(static, ...)`` (its cache
+breakpoints included); raise on any model error or timeout."""
 
 
 def _ask_model(
-    request: list[Message], schema: type[SummarySchema], call: SummaryCall, timeout_s: float
+    request: SummaryRequest, schema: type[SummarySchema], call: SummaryCall, timeout_s: float
 ) -> tuple[dict[str, Any] | None, Usage | None, str | None]:
     """(summary or None, usage of the last reply, the last error): the first answer, then one retry with the error."""
     summary, usage, error = None, None, None
@@ -237,8 +299,7 @@ def _ask_model(
             return parse_summary(reply.text, schema), usage, error
         except SummaryError as exc:
             error = str(exc)
-            request = [*request, Message(role="assistant", content=[TextBlock(text=reply.text or "(empty)")]),
-                       Message(role="user", content=[TextBlock(text=RETRY.format(error=exc))])]
+            request = request.retry(reply.text, error)
         except Exception as exc:  # model unavailable, timeout: fall back at once
             return None, usage, f"{type(exc).__name__}: {exc}"
     return summary, usage, error

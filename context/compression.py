@@ -34,6 +34,16 @@ def archive_ref(agent: str, tool_use_id: str) -> str:
     return f"state/{agent_part}/tool_results/{id_part}.txt"
 
 
+def log_ref(agent: str, seqs: range) -> str:
+    """Where messages of the agent's log are kept: their records (numbered from 1, one a line) in the log file."""
+    log = f"state/{_UNSAFE.sub('_', agent or '') or '_'}/log.jsonl"
+    if not seqs:
+        return f"in {log}"
+    if len(seqs) == 1:
+        return f"log record {seqs[0]} (line {seqs[0]} of {log})"
+    return f"log records {seqs[0]}-{seqs[-1]} (lines {seqs[0]}-{seqs[-1]} of {log})"
+
+
 def footer(ref: str) -> str:
     return f"{FOOTER_PREFIX}{ref} — Read it to see everything]"
 

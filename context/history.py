@@ -15,12 +15,22 @@ translate between the two for compaction events, which name log positions.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from typing import Iterable
 
-from context.messages import Message
+from context.messages import Message, TextBlock
 from context.protocol import Repairer
 from context.redaction import redact_message
+
+#: baton's own notes to the agent (the bridge after a summary, the reminder to hand off) start with this:
+#: they never open a task.
+NOTE_PREFIX = "[baton]"
+
+
+def own_text(message: Message) -> str:
+    """What a user message says of its own: its text blocks, without tool results and baton's notes."""
+    texts = [b.text for b in message.content if isinstance(b, TextBlock) and not b.text.startswith(NOTE_PREFIX)]
+    return "\n".join(texts).strip()
 
 
 class History:
@@ -101,6 +111,10 @@ class History:
             raise ValueError(f"no log message starts at view index {index} (the view has {len(self)} messages)")
         return k + 1
 
+    def seqs_at(self, index: int) -> range:
+        """The log messages whose content went into view[index] (several when merged; none if synthetic)."""
+        return range(bisect_left(self._starts, index) + 1, bisect_right(self._starts, index) + 1)
+
     def view_length(self, seq: int) -> int:
         """The view's length once log messages 1..`seq` were appended (0 for none)."""
         self._check_seq(seq, first=0)
@@ -144,6 +158,16 @@ class History:
         end = len(self._fold.view) if end is None else end
         lo, hi = bisect_left(self.step_starts, start), bisect_left(self.step_starts, end)
         return self.step_starts[lo:hi]
+
+    def latest_opening(self, end: int) -> int | None:
+        """The view index of the latest opening before view[end]: a user message that says something of
+        its own (the brief, a handoff payload, a human's feedback), whether or not it was merged after
+        tool results (a turn that ended with a tool call), and not only baton's notes. Scans back from
+        `end`: assembly asks once per compaction event."""
+        for i in range(min(end, len(self.view)) - 1, -1, -1):
+            if self.view[i].role == "user" and own_text(self.view[i]):
+                return i
+        return None
 
     def rounds_in(self, start: int, end: int | None = None) -> list[int]:
         end = len(self._fold.view) if end is None else end

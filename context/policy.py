@@ -30,6 +30,11 @@ class Policy(BaseModel):
     result_cap_chars: int = Field(40_000, gt=0, description="verbatim results over this are cut to head + tail")
     kept_cap_chars: int = Field(5_000, gt=0, description="cap for results of steps kept by a compaction")
     read_lines: int = Field(10, ge=0, description="lines of an older Read result kept in its compressed form")
+    opening_cap_chars: int = Field(
+        10_000, ge=0,
+        description="after a compaction, the opening of the round it cut is pinned after the summary, "
+                    "cut to this many characters (0: not pinned)",
+    )
     min_verbatim_steps: int = Field(2, ge=1, description="emergency trim never goes below this")
     compressor: str = Field("per_tool", description="how older tool results shrink: a name in COMPRESSORS")
     compactor: str = Field("summary", description="when and how the context is compacted: a name in COMPACTORS")

@@ -12,13 +12,22 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from context.compaction import FallbackEvidence, SummarySchema
 
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+def _layer1_problems(report: dict[str, Any]) -> list[str]:
+    """The design (L1) problems of a report: an Execute payload lists them, report.json has its failures."""
+    if "layer1_problems_summary" in report:
+        return [str(p) for p in report["layer1_problems_summary"]][:20]
+    failures = report.get("failures") or []
+    return [f"{f.get('sample')}: {f.get('reason')}" for f in failures
+            if isinstance(f, dict) and f.get("layer") == "L1"][:20]
 
 
 # ---- init ----------------------------------------------------------------------------
@@ -43,11 +52,14 @@ class InitSummary(SummarySchema):
     execute_feedback_summary: FeedbackSummary
     analysis_conclusions: list[str]
     pending_actions: list[str]
+    # The decision points a human reviews at the approval step; optional: a summary without it costs no retry.
+    decisions_awaiting_review: list[str | dict[str, Any]] = Field(default_factory=list)
     key_paths: dict[str, Any]
 
     @classmethod
     def fallback(cls, evidence: FallbackEvidence) -> dict[str, Any]:
         facts, report = evidence.facts, evidence.report
+        layer1 = _layer1_problems(report)
         return {
             "current_design_summary": {
                 "unified_scenario_design": evidence.last_text,
@@ -57,10 +69,12 @@ class InitSummary(SummarySchema):
             "execute_feedback_summary": {
                 "execution_output_dir": facts.execution_output_dir,
                 "total_failure_samples": int(report.get("failed", 0) or 0),
-                "layer1_problems_summary": list(report.get("layer1_problems_summary", []))[:20],
+                "layer1_problems_summary": layer1,
             },
             "analysis_conclusions": [],
             "pending_actions": evidence.todos,
+            # every design problem Execute reported is a decision the revised design takes and a human reviews
+            "decisions_awaiting_review": [f"settle in the design (L1): {p}" for p in layer1],
             "key_paths": {**evidence.key_paths, "design_files": facts.design_files or evidence.written},
         }
 
@@ -76,8 +90,15 @@ class GeneratedComponents(_Open):
 
 class EvaluationProgress(_Open):
     current_iteration: int
-    success_rate: float | None
+    success_rate: float | str | None  # a rate, or as a report says it: "12/15 (80%)"
     layer_status: dict[str, Any] | str
+
+
+class DecisionBasis(_Open):
+    """What Execute's next decision rests on: keep fixing, hand back to Init, or stop."""
+
+    decision: str = "undecided"  # "continue", "return_to_init", "stop" (free text: no retry for a synonym)
+    evidence: list[str] = Field(default_factory=list)
 
 
 class IdentifiedIssues(_Open):
@@ -97,6 +118,8 @@ class ExecuteSummary(SummarySchema):
     evaluation_progress: EvaluationProgress
     identified_issues: IdentifiedIssues
     pending_work: list[str]
+    # Optional, as a string or an object: a summary without it costs no retry.
+    decision_basis: DecisionBasis | str = Field(default_factory=DecisionBasis)
     key_paths: ExecuteKeyPaths
 
     @classmethod
@@ -115,11 +138,31 @@ class ExecuteSummary(SummarySchema):
             },
             "identified_issues": {"layer2_problems": [], "layer3_problems": [], "fix_attempts": []},
             "pending_work": evidence.todos,
+            "decision_basis": _decision_basis(report, facts.target_success_rate),
             "key_paths": {
                 **key_paths,
                 "execution_output_dir": facts.execution_output_dir or key_paths.get("execution_output_dir"),
             },
         }
+
+
+def _decision_basis(report: dict[str, Any], target: float | None) -> dict[str, Any]:
+    """The decision the latest report supports: fixable failures (L2-L4) left -> continue; only design
+    failures (L1) -> return_to_init; none, or the target met -> stop."""
+    if not report:
+        return {"decision": "undecided", "evidence": ["no evaluation report yet: run RunEvaluation"]}
+    layers = report.get("failures_per_layer") or {}
+    count = {name: int(layers.get(name, 0) or 0) for name in ("L1", "L2", "L3", "L4")}
+    rate = report.get("success_rate")
+    evidence = [
+        f"latest evaluation: {report.get('passed')}/{report.get('total')} passed, success rate {rate}"
+        + (f" (target {target})" if target is not None else ""),
+        "failures per layer: " + ", ".join(f"{name}={n}" for name, n in count.items()),
+    ]
+    met = target is not None and isinstance(rate, (int, float)) and rate >= target
+    fixable = count["L2"] + count["L3"] + count["L4"]
+    decision = "stop" if met or not any(count.values()) else "continue" if fixable else "return_to_init"
+    return {"decision": decision, "evidence": evidence}
 
 
 #: The schema of each agent role.
