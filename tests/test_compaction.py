@@ -1,6 +1,8 @@
 import json
+from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from context.assembly import Assembler
 from context.compaction import (
@@ -241,3 +243,80 @@ def test_event_records_range_tokens_and_duration():
     assert ev.duration_s == 2.5 and ev.tokens_before > ev.tokens_after > 0
     again = type(ev).model_validate_json(ev.model_dump_json())
     assert again == ev
+
+
+@pytest.mark.parametrize("rate", ["12/15 (80%)", 0.8, 1, None])
+def test_execute_success_rate_may_be_written_as_the_design_does(rate):
+    progress = {**EXECUTE["evaluation_progress"], "success_rate": rate}
+    assert parse_summary(tagged({**EXECUTE, "evaluation_progress": progress}), ExecuteSummary)
+
+
+def test_the_new_keys_are_optional_and_cost_no_retry():
+    h, asm = make()
+    calls = []
+
+    def call(messages, timeout):
+        calls.append(1)
+        return SummaryReply(text=tagged(EXECUTE))  # no decision_basis
+
+    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=call, breaker=CircuitBreaker())
+    assert len(calls) == 1 and not ev.fallback
+    assert parse_summary(tagged(INIT), InitSummary)  # no decisions_awaiting_review
+    basis = {"decision": "return_to_init", "evidence": ["success 12/15 (80%), target 0.85", "L1=2 open"]}
+    for given in (basis, "return to Init: only L1 problems remain"):
+        assert parse_summary(tagged({**EXECUTE, "decision_basis": given}), ExecuteSummary)
+    review = ["R2 vs R3 on damaged final-sale items: chose R3", {"rule": "R4", "choice": "escalate above $500"}]
+    assert parse_summary(tagged({**INIT, "decisions_awaiting_review": review}), InitSummary)
+
+
+REPORT = {
+    "iteration": 1, "total": 10, "passed": 8, "failed": 2, "success_rate": 0.8,
+    "failures_per_layer": {"L1": 2, "L2": 0, "L3": 0, "L4": 0},
+    "failures": [{"layer": "L1", "sample": "s09", "reason": "R2 and R3 both apply"},
+                 {"layer": "L1", "sample": "s10", "reason": "R2 and R3 both apply"}],
+}
+
+
+def test_fallbacks_fill_the_decision_points_and_the_decision_basis():
+    h, asm = make()
+    facts = KnownFacts(scenario="refunds", iteration=1, last_report=REPORT, target_success_rate=0.85)
+
+    def fallback(schema):
+        return compact(schema=schema, assembler=asm, previous=None, prompt="P", call=None, breaker=CircuitBreaker(),
+                       facts=facts).summary
+
+    execute, init = fallback(ExecuteSummary), fallback(InitSummary)
+    assert execute["decision_basis"]["decision"] == "return_to_init"  # only design failures are left
+    assert "8/10 passed, success rate 0.8 (target 0.85)" in execute["decision_basis"]["evidence"][0]
+    assert init["execute_feedback_summary"]["layer1_problems_summary"] == ["s09: R2 and R3 both apply",
+                                                                           "s10: R2 and R3 both apply"]
+    assert init["decisions_awaiting_review"] == ["settle in the design (L1): s09: R2 and R3 both apply",
+                                                 "settle in the design (L1): s10: R2 and R3 both apply"]
+    parse_summary(tagged(execute), ExecuteSummary)
+    parse_summary(tagged(init), InitSummary)
+
+
+@pytest.mark.parametrize("layers, decision", [
+    ({"L1": 0, "L2": 1}, "continue"), ({"L1": 0}, "stop"), ({"L1": 1, "L4": 1}, "continue"),
+])
+def test_the_fallback_decision_follows_the_report(layers, decision):
+    h, asm = make()
+    report = {**REPORT, "failures_per_layer": layers}
+    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=None, breaker=CircuitBreaker(),
+                 facts=KnownFacts(last_report=report))
+    assert ev.summary["decision_basis"]["decision"] == decision
+    without = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=None,
+                      breaker=CircuitBreaker())
+    assert without.summary["decision_basis"]["decision"] == "undecided"
+
+
+@pytest.mark.parametrize("role, schema", [("init", InitSummary), ("execute", ExecuteSummary)])
+def test_each_compact_prompt_asks_for_every_key_of_its_schema(role, schema):
+    text = (Path(__file__).resolve().parents[1] / "prompts" / role / "compact.md").read_text(encoding="utf-8")
+    shape = json.loads(text.split("<compact_summary>")[-1].split("</compact_summary>")[0])
+    for name, field in schema.model_fields.items():
+        assert f"`{name}`" in text and name in shape, name
+        nested = field.annotation if isinstance(field.annotation, type) else None
+        for sub in (nested.model_fields if nested and issubclass(nested, BaseModel) else {}):
+            assert f"`{sub}`" in text, f"{name}.{sub}"
+    parse_summary(tagged(shape), schema)  # the prompt's own example validates
