@@ -47,10 +47,11 @@ class Chaos:
     proxy: str  # AgentBreak in front of it
 
 
-def _launch(command: list[str], cwd: Path, ready: str) -> subprocess.Popen:
-    log = open(cwd / f"{Path(command[2] if command[1] == '-m' else command[0]).name}.log", "wb")
-    process = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                               env={**os.environ, "ANTHROPIC_API_KEY": ""})
+def _launch(name: str, command: list[str], cwd: Path, ready: str) -> subprocess.Popen:
+    log = cwd / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env={**os.environ, "ANTHROPIC_API_KEY": ""})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -62,7 +63,7 @@ def _launch(command: list[str], cwd: Path, ready: str) -> subprocess.Popen:
             break
         time.sleep(0.05)
     _stop(process)
-    raise AssertionError(f"{command} did not start: {(cwd / log.name).read_text(errors='replace')[-2000:]}")
+    raise AssertionError(f"{name} did not start: {log.read_text(errors='replace')[-2000:]}")
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -83,8 +84,8 @@ def chaos(tmp_path_factory) -> Iterator[Chaos]:
     (folder / "catalogue.json").write_text(json.dumps(entries))
     double_port, proxy_port = free_port(), free_port()
     baton = str(Path(sys.executable).parent / "baton")
-    double = _launch([baton, "fake-api", "--port", str(double_port), "--catalogue", str(folder / "catalogue.json")],
-                     folder, f"http://127.0.0.1:{double_port}/stats")
+    command = [baton, "fake-api", "--port", str(double_port), "--catalogue", str(folder / "catalogue.json")]
+    double = _launch("fake-api", command, folder, f"http://127.0.0.1:{double_port}/stats")
     (folder / "application.yaml").write_text(json.dumps({
         "llm": {"enabled": True, "mode": "proxy", "upstream_url": f"http://127.0.0.1:{double_port}"},
         "mcp": {"enabled": False},
@@ -94,7 +95,7 @@ def chaos(tmp_path_factory) -> Iterator[Chaos]:
         {"name": name, "summary": name, "target": "llm_chat", "match": {"model": name}, "fault": fault,
          "schedule": schedule} for name, (fault, schedule) in SCENARIOS.items()]}))
     try:
-        proxy = _launch([sys.executable, "-m", "agentbreak", "serve", "--config", "application.yaml",
+        proxy = _launch("agentbreak", [sys.executable, "-m", "agentbreak", "serve", "--config", "application.yaml",
                          "--scenarios", "scenarios.yaml"], folder, f"http://127.0.0.1:{proxy_port}/healthz")
     except AssertionError:
         _stop(double)
