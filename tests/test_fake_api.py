@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -20,7 +21,9 @@ from tests.fake_api_support import EPHEMERAL, KEY, free_port, http, init_body, i
 from workers.cli import cli
 from workers.fake_api.cache import PromptCache
 from workers.fake_api.catalogue import DEFAULT_MODELS, Catalogue, ModelEntry
+from workers.fake_api.command import fault_order
 from workers.fake_api.counting import Piece
+from workers.fake_api.faults import FaultOrder
 from workers.fake_api.server import FakeApi, Running, start
 
 
@@ -91,8 +94,24 @@ def test_a_catalogue_file_replaces_the_table(tmp_path):
     path.write_text(json.dumps([DEFAULT_MODELS[0].api()]))
     assert [m.id for m in Catalogue.from_file(path).models] == ["claude-haiku-5-5"]
     path.write_text(json.dumps([{"id": "x"}]))
-    result = CliRunner().invoke(cli, ["fake-api", "--port", str(free_port()), "--catalogue", str(path)])
+    result = baton("fake-api", "--port", str(free_port()), "--catalogue", str(path))
     assert result.exit_code == 2 and "display_name" in result.output
+
+
+def baton(*args: str):
+    # The CLI exports BATON_SCENARIOS_DIR; given as None, the runner puts it back as it was.
+    return CliRunner().invoke(cli, list(args), env={"BATON_SCENARIOS_DIR": None})
+
+
+def test_the_command_checks_its_options():
+    assert fault_order("refusal:2") == FaultOrder(fault="refusal", count=2)
+    result = baton("fake-api", "--port", "1", "--fault", "lightning")
+    assert result.exit_code == 2 and "unknown fault 'lightning'" in result.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = baton("fake-api", "--port", str(taken.getsockname()[1]))
+    assert result.exit_code == 2 and "cannot listen on 127.0.0.1" in result.output
 
 
 # ---- a message ---------------------------------------------------------------------------------------

@@ -71,6 +71,10 @@ class FakeApi:
         except ApiError as err:
             self.stats.error(err.status, err.error_type)
             return Reply(err.status, err.body())
+        except Exception as err:  # a bug of the double: answer as the API does, keep serving
+            log.exception("the fake API failed on %s %s", method, path)
+            self.stats.error(500, "api_error")
+            return Reply(500, ApiError(500, "api_error", f"the fake API failed: {type(err).__name__}").body())
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str],
                body: bytes) -> Reply:
@@ -174,8 +178,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve("DELETE")
 
     def _serve(self, method: str) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        if length > MAX_BODY_BYTES:
+        try:
+            length = int(self.headers.get("content-length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True  # the unread body must not be taken for the next request
             self._send(Reply(413, ApiError(413, "request_too_large", "Request exceeds the maximum size").body()))
             return
         body = self.rfile.read(length) if length else b""
