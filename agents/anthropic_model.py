@@ -11,11 +11,9 @@ and ends in one of the typed errors of ``agents.models``:
 - any other 4xx: ``ModelError`` at once (retrying cannot fix it);
 - a 200 whose body is not a Messages response: ``BadResponse``.
 
-A request with a ``deadline_s`` (a compaction's summary) gets no more time than
-that in all: each attempt's HTTP timeout is the time left, and no attempt starts
-that could not finish before the deadline (``ModelUnavailable``, so the compactor
-falls back). ``count_tokens`` asks the free count endpoint once, without retries:
-its caller has an estimate to fall back on.
+A request's ``deadline_s`` (a summary's) bounds all its attempts: each one's HTTP timeout
+is the time left, and none starts that could not finish in time (``ModelUnavailable``).
+``count_tokens`` asks the free count endpoint once: its caller has an estimate.
 
 The API key never appears in ``repr``, logs or error text.
 
@@ -430,13 +428,10 @@ def _unavailable(failure: _Failure, attempts: int) -> ModelUnavailable:
 
 
 def _out_of_time(request: ModelRequest, failure: _Failure | None, attempts: int) -> ModelUnavailable:
-    """The request's deadline leaves no time for another attempt."""
-    why = f"the {request.deadline_s:g}s deadline of this {request.purpose} call leaves no time for another attempt"
-    if failure is None:
-        return _tag(ModelUnavailable(f"Anthropic API not called: {why}"), status=None, error_type=None,
-                    request_id=None, attempts=0)
-    error = _unavailable(failure, attempts)
-    error.args = (f"{error.args[0]}; {why}",)
+    """The request's deadline leaves no time for another attempt (``failure``: the last one's, if any ran)."""
+    error = _unavailable(failure or _Failure("not called"), attempts)
+    error.args = (f"{error.args[0]}; the {request.deadline_s:g}s deadline of this {request.purpose} call "
+                  "leaves no time for another attempt",)
     return error
 
 
