@@ -19,8 +19,7 @@ from agents.models import ModelError, ModelRequest, ModelUnavailable
 from agents.outcomes import CompactionOutcome
 from agents.prompts import prompt
 from context.assembly import StaticPrefix
-from context.compaction import KnownFacts, SummaryReply
-from context.messages import Message
+from context.compaction import KnownFacts, SummaryCall, SummaryReply, SummaryRequest
 from context.summary_schemas import SUMMARY_SCHEMAS
 from scenarios.store import read_json, relative
 
@@ -63,8 +62,7 @@ def run_compaction(root: Path, agent: Agent, after_step: int | None = None) -> C
                              tokens_after=event.tokens_after)
 
 
-def _summary_call(agent: Agent, static: StaticPrefix,
-                  clock: Callable[[], float] = time.monotonic) -> Callable[[list[Message], float], SummaryReply]:
+def _summary_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float] = time.monotonic) -> SummaryCall:
     """The compactor's model call. ``summary_timeout_s`` is the whole compaction's budget, wall clock:
     the compactor's retry with the error and the model's own retries all fit in it, and what is left
     is each call's deadline (``ModelRequest.deadline_s``). Past it, the compactor falls back."""
@@ -72,15 +70,15 @@ def _summary_call(agent: Agent, static: StaticPrefix,
     budget = config.model.summary_timeout_s
     deadline = clock() + budget
 
-    def call(messages: list[Message], timeout_s: float) -> SummaryReply:
+    def call(summary: SummaryRequest, timeout_s: float) -> SummaryReply:
         left = min(timeout_s, deadline - clock())
         if left <= 0:
             raise ModelUnavailable(f"the summary's {budget:g}s deadline has passed")
-        # Same system prompt and tools as the steps, so the summary call reads their cache.
+        # Same system prompt and tools as the steps, and their message breakpoints, so it reads their cache.
+        body = summary.to_request(static, model=config.model.name, max_tokens=config.model.summary_max_tokens)
         request = ModelRequest(
-            model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=[m.api for m in messages],
-            system=[{"type": "text", "text": static.system, "cache_control": {"type": "ephemeral"}}],
-            tools=static.tools, temperature=config.model.summary_temperature,
+            model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=body["messages"],
+            system=body.get("system"), tools=body.get("tools", []), temperature=config.model.summary_temperature,
             timeout_s=left, deadline_s=left, purpose="summary", tool_choice={"type": "none"},
         )
         response = agent.model.create(request)

@@ -158,6 +158,8 @@ def test_compaction_through_the_sdk_asks_for_text_only(tmp_path):
     body = json.loads(api.requests[-1].content)
     assert body["tool_choice"] == {"type": "none"} and body["max_tokens"] == agent.config.model.summary_max_tokens
     assert "<compact_summary>" in json.dumps(body["messages"][-1])
+    # The breakpoints the step request had on its messages (context.compaction.SummaryRequest): a cache read.
+    assert json.dumps(body["messages"]).count('"cache_control"') >= 1
     assert AgentDisk.load(root, "init").compaction().summary["pending_actions"] == ["write design"]
 
 

@@ -25,6 +25,7 @@ from agents.models import ModelRequest, ModelResponse, ModelUnavailable
 from agents.openings import init_opening
 from agents.simulated import SimulatedModel
 from agents.step import run_step
+from context.compaction import SummaryRequest
 from context.messages import Message, TextBlock
 from tests.agent_run import agents, copy_example
 
@@ -156,7 +157,7 @@ def test_the_compactors_calls_share_one_budget(tmp_path):
     config = agents(copy_example(tmp_path))["init"].config
     agent = Agent(config, model)
     call = _summary_call(agent, agent.static(), clock=clock)
-    ask = [Message(role="user", content=[TextBlock(text="Summarise.")])]
+    ask = SummaryRequest((Message(role="user", content=[TextBlock(text="The brief.")]),), "Summarise.", ())
     call(ask, 120.0)  # the compactor's first try: 100 s spent
     call(ask, 120.0)  # its retry with the parse error gets what is left
     assert [r.deadline_s for r in model.requests] == pytest.approx([120.0, 20.0])
