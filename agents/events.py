@@ -89,6 +89,9 @@ class PromptTooLongEvent(_Event):
     kind: Literal["prompt_too_long"] = "prompt_too_long"
     step: int
     detail: str
+    usage: dict[str, Any] | None = None  # of a reply the window ran out in (model_context_window_exceeded)
+
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"usage"})
 
 
 class ErrorEvent(_Event):
@@ -99,8 +102,9 @@ class ErrorEvent(_Event):
     reason: str
     stop_reason: str | None = None  # set when the model's own stop caused it (a refusal)
     stop_details: dict[str, Any] | None = None  # what the API said about that stop (a refusal's category)
+    usage: dict[str, Any] | None = None  # of that reply, which was not kept: what it cost
 
-    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"stop_reason", "stop_details"})
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"stop_reason", "stop_details", "usage"})
 
 
 class HandoffEvent(_Event):

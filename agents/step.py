@@ -176,7 +176,8 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
         return _refused(disk, step, base, response)
     if stop == "model_context_window_exceeded":
         return _too_long(disk, step, base, "the model ran out of context window while it answered "
-                                           f"(stop_reason {stop}, {response.usage.output_tokens} tokens written)")
+                                           f"(stop_reason {stop}, {response.usage.output_tokens} tokens written)",
+                         usage=response.usage.model_dump())
     message = response.message()
     if stop == "max_tokens":
         # Cut again (or no room to retry): the agent gets the reply without its tool calls, and a note.
@@ -294,7 +295,8 @@ def _refused(disk: AgentDisk, step: int, base: dict[str, Any], response: ModelRe
     said = "; ".join(f"{key} {details[key]}" for key in ("category", "explanation") if details.get(key))
     reason = (f"the model refused to continue (stop_reason refusal{': ' + said if said else ''}); "
               "its reply was not kept. Revise the brief or the design, then resume the run")
-    disk.event(ErrorEvent(step=step, reason=reason, stop_reason="refusal", stop_details=response.stop_details))
+    disk.event(ErrorEvent(step=step, reason=reason, stop_reason="refusal", stop_details=response.stop_details,
+                          usage=response.usage.model_dump()))
     return StepOutcome(step=step, status="failed", reason=reason, **base)
 
 
@@ -312,14 +314,15 @@ def _compaction_can_help(disk: AgentDisk, agent: Agent, event: CompactionEvent |
     return step - 1 - (disk.compacted_after() or 0) >= policy.keep_last_steps
 
 
-def _too_long(disk: AgentDisk, step: int, base: dict[str, Any], why: str) -> StepOutcome:
+def _too_long(disk: AgentDisk, step: int, base: dict[str, Any], why: str,
+              usage: dict[str, Any] | None = None) -> StepOutcome:
     """The context does not fit (the API's "prompt is too long", or the window ran out while the model
     answered): one compaction and one retry (docs/agents.md); a second time right after a compaction fails."""
     if disk.state.too_long_after_compaction >= 1:
         return _fail(disk, step, base, f"still too long after a compaction: {why}")
     disk.state.force_compaction = True
     disk.save_state()
-    disk.event(PromptTooLongEvent(step=step, detail=why))
+    disk.event(PromptTooLongEvent(step=step, detail=why, usage=usage))
     return StepOutcome(step=step, status="compaction_needed", reason=why, **base)
 
 

@@ -221,6 +221,7 @@ def test_a_refusal_fails_the_step_says_why_and_keeps_nothing(tmp_path):
     assert "refused" in out.reason and "category cyber" in out.reason and "could enable malware" in out.reason
     (error,) = events(root, ErrorEvent)
     assert (error.stop_reason, error.stop_details) == ("refusal", REFUSAL_DETAILS)
+    assert error.usage["output_tokens"] == 100  # what the reply that was not kept cost
     assert kinds(root) == ["opening"]  # no reply, no reminder
     assert AgentDisk.load(root, "init").state.nudges == 0
     assert any("refused" in line for line in read_agent(root, "init").errors)  # what `baton status` lists
@@ -243,7 +244,7 @@ def test_the_window_running_out_compacts_and_retries_once(tmp_path):
     root, agent = opened(tmp_path, model)
     first = run_step(root, agent)
     assert first.status == "compaction_needed" and "model_context_window_exceeded" in first.reason
-    assert [e.step for e in events(root, PromptTooLongEvent)] == [1]
+    assert [(e.step, e.usage["output_tokens"]) for e in events(root, PromptTooLongEvent)] == [(1, 100)]
     assert run_compaction(root, agent).status == "compacted"
     assert run_step(root, agent).status == "continue"
     assert [r.purpose for r in model.requests] == ["step", "summary", "step"]
