@@ -6,6 +6,10 @@ with the error, then a deterministic fallback), and returns a `CompactionEvent`
 naming the log messages the summary stands for. The log is never touched; the
 next assembly reads the event. The schemas of baton's roles are in
 ``context.summary_schemas``; this module defines what a schema must provide.
+
+The summary request (`SummaryRequest`) is the step's assembled request plus the
+compact prompt, with the cache breakpoints the last step request had, so the
+history it shares with the steps is a cache read (docs/context.md, "Compaction").
 """
 
 from __future__ import annotations
@@ -320,7 +324,8 @@ def compact(
     """Summarise the current context as `schema` says and return the compaction event.
 
     The summary request is the current context (whose first layer is the
-    previous summary, so knowledge carries forward) plus the compact prompt.
+    previous summary, so knowledge carries forward, and the pinned opening) plus
+    the compact prompt; `call` gets it as a `SummaryRequest`.
     """
     started = clock()
     history, agent = assembler.history, assembler.agent
