@@ -140,7 +140,7 @@ def with_cache_control(message: Message, block: int = -1) -> dict[str, Any]:
     """The request form of `message` with a cache breakpoint on one of its blocks (the last by default).
     The message's cached `api` form is left untouched."""
     content = [dict(b) for b in message.api["content"]]
-    content[block]["cache_control"] = EPHEMERAL
+    content[block]["cache_control"] = dict(EPHEMERAL)  # a fresh dict: a caller may edit its body
     return {"role": message.role, "content": content}
 
 
@@ -151,10 +151,10 @@ def request_body(
     prompt, which covers the tools; on the last tool when there is no system prompt)."""
     tools = [dict(t) for t in static.tools]
     if tools and not static.system:
-        tools[-1]["cache_control"] = EPHEMERAL
+        tools[-1]["cache_control"] = dict(EPHEMERAL)
     request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
     if static.system:
-        request["system"] = [{"type": "text", "text": static.system, "cache_control": EPHEMERAL}]
+        request["system"] = [{"type": "text", "text": static.system, "cache_control": dict(EPHEMERAL)}]
     if tools:
         request["tools"] = tools
     return request
