@@ -59,7 +59,7 @@ def run_compaction(root: Path, agent: Agent, after_step: int | None = None) -> C
     disk.save_state()
     return CompactionOutcome(agent=agent.role, status="compacted", after_step=done, event_id=event.id,
                              fallback=event.fallback, tokens_before=event.tokens_before,
-                             tokens_after=event.tokens_after)
+                             tokens_after=event.tokens_after, usage=event.usage.model_dump() if event.usage else None)
 
 
 def _summary_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float] = time.monotonic) -> SummaryCall:

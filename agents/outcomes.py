@@ -31,6 +31,7 @@ class StepOutcome(BaseModel):
     handoff_path: str | None = None
     model: str = ""
     stop_reason: str | None = None  # why the model's reply of this step stopped, when the step called it
+    usage: dict[str, int] | None = None  # the usage of this step's model call, when it made one
 
 
 class CompactionOutcome(BaseModel):
@@ -43,3 +44,4 @@ class CompactionOutcome(BaseModel):
     fallback: bool = False
     tokens_before: int = 0
     tokens_after: int = 0
+    usage: dict[str, int] | None = None  # the summary call's usage, when the model was asked

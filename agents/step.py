@@ -171,6 +171,7 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
         fault("after_cut", step)
         request = request.model_copy(update={"max_tokens": larger})
     base["stop_reason"] = stop = response.stop_reason
+    base["usage"] = response.usage.model_dump()  # what this call cost, for the progress events
 
     if stop == "refusal":
         return _refused(disk, step, base, response)

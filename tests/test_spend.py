@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agents.events import CompactionRecord, StepEvent, append_event
+from agents.events import CompactionRecord, ErrorEvent, OutputCutEvent, StepEvent, append_event
 from agents.pricing import DEFAULT_PRICES, Price, Tokens, price_for
 from scenarios.run import RunRecord, save_run
 from scenarios.store import Layout
@@ -75,6 +75,17 @@ def test_spend_per_agent_iteration_and_compaction(run):
     execute = spend.agents["execute"]
     assert execute.model is None and not execute.priced and execute.total.cost_usd is None
     assert spend.total.cost_usd is None  # one agent is not priced: no total that leaves it out
+
+
+def test_replies_paid_for_but_not_kept_are_counted(run):
+    before = read_spend(run).agents["init"].steps.tokens
+    events = Layout(run).events("init")
+    cut = {"input_tokens": 10, "output_tokens": 7}
+    append_event(events, OutputCutEvent(step=4, max_tokens=100, usage=cut, retry_max_tokens=200))  # dropped
+    append_event(events, OutputCutEvent(step=4, max_tokens=200, usage=cut))  # kept: its step event counts it
+    append_event(events, ErrorEvent(step=4, reason="refused", stop_reason="refusal", usage=cut))
+    after = read_spend(run).agents["init"].steps.tokens
+    assert after == before + Tokens(input=20, output=14)
 
 
 def test_status_shows_the_spend_and_its_json(run):

@@ -45,9 +45,12 @@ def options(
     # Exported so the loop (and any worker started from here) resolves the same folder.
     chosen = scenarios_dir or Path(os.environ.get(loop.SCENARIOS_ENV) or "scenarios")
     os.environ[loop.SCENARIOS_ENV] = str(chosen.resolve())
+    columns = os.environ.get("COLUMNS", "")
     for console in (out, err):
-        if not console.is_terminal and "COLUMNS" not in os.environ:
-            console.width = 120  # piped or captured: rich's default of 80 columns squeezes the tables
+        if not console.is_terminal:
+            # Piped or captured: rich's default of 80 columns squeezes the tables. Set on every call,
+            # since the consoles live as long as the process (tests invoke the CLI many times).
+            console.width = int(columns) if columns.isdigit() else 120
 
 
 Embedded = Annotated[bool | None, typer.Option(

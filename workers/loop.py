@@ -26,7 +26,7 @@ from agents.compaction_task import run_compaction
 from agents.disk import AgentDisk, open_turn
 from agents.models import Model
 from agents.openings import execute_opening, init_opening
-from agents.outcomes import StepOutcome
+from agents.outcomes import CompactionOutcome, StepOutcome
 from agents.payloads import ExecuteToInit, InitToExecute, parse_payload_dict
 from agents.role import Role
 from agents.settings_layers import load_scenario_config, resolve_agents
@@ -187,11 +187,11 @@ def after_step(root: Path, agent: Role, outcome: StepOutcome) -> list[Task]:
     return []  # skipped (a duplicate) or idle: nothing follows
 
 
-def do_compaction(root: Path, team: Team, agent: Role, after: int | None) -> list[Task]:
+def do_compaction(root: Path, team: Team, agent: Role, after: int | None) -> tuple[CompactionOutcome, list[Task]]:
     outcome = run_compaction(root, team[agent], after)
     if outcome.skip == "stale":
-        return []  # a newer task owns this agent now
-    return [Task(kind="step", scenario=root.name, agent=agent, number=outcome.after_step + 1)]
+        return outcome, []  # a newer task owns this agent now
+    return outcome, [Task(kind="step", scenario=root.name, agent=agent, number=outcome.after_step + 1)]
 
 
 def do_phase(root: Path) -> list[Task]:
@@ -255,5 +255,5 @@ def run_task(task: Task, team: Team, env: Mapping[str, str] | None = None) -> li
     if task.kind == "step":
         return do_step(root, team, task.agent, task.number)[1]
     if task.kind == "compaction":
-        return do_compaction(root, team, task.agent, task.number)
+        return do_compaction(root, team, task.agent, task.number)[1]
     return do_phase(root)

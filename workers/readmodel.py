@@ -15,7 +15,15 @@ from typing import Any
 from agents.catalogue import PinnedModel
 from agents.config import ConfigError
 from agents.disk import AgentDisk
-from agents.events import CompactionRecord, ErrorEvent, PromptTooLongEvent, StepEvent, WarningEvent, read_events
+from agents.events import (
+    CompactionRecord,
+    ErrorEvent,
+    OutputCutEvent,
+    PromptTooLongEvent,
+    StepEvent,
+    WarningEvent,
+    read_events,
+)
 from agents.settings_layers import load_scenario_config
 from scenarios.run import RunRecord, load_run
 from scenarios.store import AGENTS, Layout
@@ -61,6 +69,10 @@ def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
             view.warnings.append(f"step {event.after_step}: {event.reason}")
         elif isinstance(event, PromptTooLongEvent):
             view.warnings.append(f"step {event.step}: {event.detail}")
+        elif isinstance(event, OutputCutEvent):
+            then = f"asked again with max_tokens {event.retry_max_tokens}" if event.retry_max_tokens else \
+                "its tool calls did not run; the agent was told to split the work"
+            view.warnings.append(f"step {event.step}: the reply was cut at max_tokens {event.max_tokens}; {then}")
         elif isinstance(event, ErrorEvent):
             view.errors.append(f"step {event.step}: {event.reason}")
     if detailed:  # the log and agent.json: only status needs them, and the log can be large

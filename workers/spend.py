@@ -12,7 +12,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from agents.events import CompactionRecord, StepEvent, read_events
+from agents.events import (
+    CompactionRecord,
+    ErrorEvent,
+    Event,
+    OutputCutEvent,
+    PromptTooLongEvent,
+    StepEvent,
+    read_events,
+)
 from agents.pricing import Price, Tokens, price_for
 from agents.settings_layers import load_scenario_config
 from scenarios.run import load_run
@@ -58,7 +66,7 @@ class RunSpend(BaseModel):
 
 def read_spend(root: Path) -> RunSpend:
     """The spend of the scenario's current run (its events), priced at each agent's pinned model."""
-    pins, prices = pins_of(load_run(root)), _prices(root)
+    pins, prices = pins_of(load_run(root)), scenario_prices(root)
     agents = {role: _agent_spend(root, role, pins[role].id if role in pins else None, prices) for role in AGENTS}
     total = sum((a.total.tokens for a in agents.values()), Tokens())
     costs = [a.total.cost_usd for a in agents.values() if a.total.tokens != Tokens()]
@@ -68,11 +76,25 @@ def read_spend(root: Path) -> RunSpend:
                                                saved_by_cache_usd=sum(saved) if cost is not None else None))
 
 
-def _prices(root: Path) -> dict[str, Price]:
+def scenario_prices(root: Path) -> dict[str, Price]:
+    """The scenario's own prices (scenario.toml ``[prices.<model id>]``), over the defaults."""
     try:
         return dict(load_scenario_config(Layout(root).toml).prices)
     except (StoreError, ValueError):  # a broken scenario.toml is reported by status itself; price by the defaults
         return {}
+
+
+def call_cost(root: Path, model: str, usage: dict[str, int] | None) -> float | None:
+    """The cost of one call of ``model`` (an id; a line or the simulated model has no price)."""
+    return Tokens.of(usage).cost(price_for(model, scenario_prices(root))) if usage else None
+
+
+def _dropped_reply(event: Event) -> bool:
+    """A reply that was paid for but not kept, so no step event counts it: cut and asked again,
+    refused, or stopped by the window."""
+    if isinstance(event, OutputCutEvent):
+        return event.retry_max_tokens is not None  # a cut reply that was kept has its step event
+    return isinstance(event, (ErrorEvent, PromptTooLongEvent)) and event.usage is not None
 
 
 def _agent_spend(root: Path, role: str, model: str | None, overrides: dict[str, Price]) -> AgentSpend:
@@ -81,12 +103,15 @@ def _agent_spend(root: Path, role: str, model: str | None, overrides: dict[str, 
     iteration_of: dict[int, int] = {}  # step -> iteration, to place each compaction
     by_iteration: dict[int, Tokens]
     steps, by_iteration = Tokens(), {}
+    iteration = 0
     for event in events:
         if isinstance(event, StepEvent):
-            tokens = Tokens.of(event.usage)
+            iteration = iteration_of[event.step] = event.iteration
+        if isinstance(event, StepEvent) or _dropped_reply(event):
+            tokens = Tokens.of(event.usage)  # type: ignore[union-attr]  # both carry a usage
             steps += tokens
-            by_iteration[event.iteration] = by_iteration.get(event.iteration, Tokens()) + tokens
-            iteration_of[event.step] = event.iteration
+            at = iteration_of.get(event.step, iteration)  # type: ignore[union-attr]
+            by_iteration[at] = by_iteration.get(at, Tokens()) + tokens
     compactions, per_compaction = Tokens(), []
     for event in events:
         if isinstance(event, CompactionRecord):

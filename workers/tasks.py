@@ -21,6 +21,7 @@ from celery import Task as CeleryTask
 from scenarios.run import load_run
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
+from workers.spend import call_cost
 
 log = logging.getLogger(__name__)
 # A lock lives LOCK_TTL_S and is renewed every LOCK_RENEW_S while its step runs, so the lock
@@ -103,6 +104,7 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
             outcome, following = do_step(root, _team(root), agent, step)
     except LockBusy as exc:
         raise self.retry(exc=exc, countdown=1) from None
+    model_id = _team(root)[agent].config.model.name
     self.send_event(
         "task-progress",
         scenario=scenario,
@@ -113,10 +115,12 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
         tokens=outcome.tokens_in_context,
         threshold=outcome.threshold,
         model=outcome.model,
+        usage=outcome.usage,  # input, cache writes, cache reads, output of this step's call
+        cost_usd=call_cost(root, model_id, outcome.usage),
     )
     dispatch(following)
     return outcome.model_dump(
-        include={"agent", "step", "status", "reason", "iteration", "tokens_in_context", "threshold", "model"}
+        include={"agent", "step", "status", "reason", "iteration", "tokens_in_context", "threshold", "model", "usage"}
     )
 
 
@@ -125,10 +129,13 @@ def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int
     root = scenario_root(scenario)
     try:
         with agent_lock(scenario, agent):
-            following = do_compaction(root, _team(root), agent, after_step)
+            outcome, following = do_compaction(root, _team(root), agent, after_step)
     except LockBusy as exc:
         raise self.retry(exc=exc, countdown=1) from None
-    self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step)
+    model_id = _team(root)[agent].config.model.name
+    self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step,
+                    status=outcome.status, fallback=outcome.fallback, usage=outcome.usage,
+                    cost_usd=call_cost(root, model_id, outcome.usage))
     dispatch(following)
     return {"scenario": scenario, "agent": agent, "after_step": after_step, "next": [t.model_dump() for t in following]}
 
