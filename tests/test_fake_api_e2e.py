@@ -47,6 +47,14 @@ def test_a_run_reaches_done_through_the_double(tmp_path, double):
     assert seen["requests"]["GET /v1/models"] >= 1 and seen["requests"]["POST /v1/messages"] > 20
     assert seen["errors"] == {} and seen["faults"] == {}
     assert seen["tokens"]["cache_read"] > seen["tokens"]["cache_write"] > 0  # the prefix is reused step after step
+    # Every agent compacted, and the summaries read what they summarise from the steps' cache.
+    for role in ("init", "execute"):
+        events = (tmp_path / "refund_desk" / "state" / role / "events.jsonl").read_text().splitlines()
+        compactions = [e for e in map(json.loads, events) if e["kind"] == "compaction"]
+        assert compactions and not any(c["fallback"] for c in compactions), role
+    summaries = seen["by_purpose"]["summary"]
+    assert summaries["requests"] >= 2
+    assert summaries["cache_read"] > summaries["cache_write"] + summaries["input"], summaries
     log = (tmp_path / "refund_desk" / "state" / "init" / "log.jsonl").read_text()
     assert "[simulated]" in log  # the double's answers still say who wrote them
     everything = done.stdout + done.stderr + "".join(

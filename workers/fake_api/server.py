@@ -98,7 +98,11 @@ class FakeApi:
         raise ApiError(404, "not_found_error", f"no route {method} {path} in the fake API")
 
     def messages(self, body: bytes, headers: dict[str, str]) -> Reply:
-        checked = check(_json(body), self.catalogue)
+        raw = _json(body)
+        checked = check(raw, self.catalogue)
+        # baton's summary calls are the text-only ones: /stats reports their cache use apart.
+        text_only = isinstance(raw, dict) and (raw.get("tool_choice") or {}).get("type") == "none"
+        purpose = "summary" if text_only else "step"
         self.stats.model(checked.model.id)
         fault = self.faults.take(body.decode("utf-8", errors="replace"))
         if fault is not None:
@@ -113,7 +117,7 @@ class FakeApi:
             message = apply(fault.fault, message, max_tokens)
         elif message["usage"]["output_tokens"] > max_tokens:
             message = apply("max_tokens_cut", message, max_tokens)  # the limit is real: a longer reply stops at it
-        self.stats.usage(use, message["usage"]["output_tokens"], message["stop_reason"])
+        self.stats.usage(use, message["usage"]["output_tokens"], message["stop_reason"], purpose)
         return Reply(200, message)
 
     def models_page(self, query: dict[str, list[str]]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ class Stats:
         self.requests: Counter[str] = Counter()  # "POST /v1/messages"
         self.models: Counter[str] = Counter()  # message and count_tokens requests by model id
         self.tokens: Counter[str] = Counter()  # cache_read, cache_write, input (plain), output
+        self.by_purpose: dict[str, Counter[str]] = {}  # the same, for "step" and "summary" (text-only) requests
         self.stop_reasons: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()  # "400 invalid_request_error"
@@ -27,10 +28,12 @@ class Stats:
         with self._lock:
             self.models[model_id] += 1
 
-    def usage(self, cache: CacheUse, output_tokens: int, stop_reason: str) -> None:
+    def usage(self, cache: CacheUse, output_tokens: int, stop_reason: str, purpose: str = "step") -> None:
         with self._lock:
-            self.tokens.update(cache_read=cache.read, cache_write=cache.written, input=cache.plain,
-                               output=output_tokens)
+            counts = {"cache_read": cache.read, "cache_write": cache.written, "input": cache.plain,
+                      "output": output_tokens}
+            self.tokens.update(counts)
+            self.by_purpose.setdefault(purpose, Counter()).update(counts | {"requests": 1})
             self.stop_reasons[stop_reason] += 1
 
     def fault(self, kind: str) -> None:
@@ -47,6 +50,7 @@ class Stats:
                 "requests": dict(self.requests),
                 "models": dict(self.models),
                 "tokens": {key: self.tokens[key] for key in ("cache_read", "cache_write", "input", "output")},
+                "by_purpose": {purpose: dict(counts) for purpose, counts in self.by_purpose.items()},
                 "stop_reasons": dict(self.stop_reasons),
                 "faults": dict(self.faults),
                 "errors": dict(self.errors),
