@@ -13,15 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agents.agent import Agent
+from agents.config import ConfigError
 from agents.disk import AgentDisk
 from agents.events import CompactionRecord, WarningEvent
 from agents.models import ModelError, ModelRequest, ModelUnavailable
 from agents.outcomes import CompactionOutcome
 from agents.prompts import prompt
+from agents.settings_layers import load_scenario_config
 from context.assembly import StaticPrefix
 from context.compaction import KnownFacts, SummaryCall, SummaryReply, SummaryRequest
 from context.summary_schemas import SUMMARY_SCHEMAS
-from scenarios.store import read_json, relative
+from scenarios.store import Layout, read_json, relative
 
 
 def run_compaction(root: Path, agent: Agent, after_step: int | None = None) -> CompactionOutcome:
@@ -91,8 +93,11 @@ def _summary_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float]
 
 
 def _facts(disk: AgentDisk) -> KnownFacts:
+    """What baton knows for a fallback summary: the design, the latest evaluation report, the target."""
     layout, iteration = disk.layout, disk.iteration()
     out_dir = layout.outputs(iteration)
+    if disk.agent == "init" and iteration > 1 and not (out_dir / "report.json").exists():
+        out_dir = layout.outputs(iteration - 1)  # Init redesigns from Execute's report of the iteration before
     report = None
     if (out_dir / "report.json").exists():
         try:
@@ -104,4 +109,12 @@ def _facts(disk: AgentDisk) -> KnownFacts:
     return KnownFacts(
         scenario=layout.name, iteration=iteration, design_files=design, last_report=report,
         execution_output_dir=relative(layout.root, out_dir) if out_dir.exists() else None,
+        target_success_rate=_target(layout),
     )
+
+
+def _target(layout: Layout) -> float | None:
+    try:
+        return load_scenario_config(layout.toml).target_success_rate
+    except ConfigError:  # a broken scenario.toml costs the fallback its "stop" decision, never the compaction
+        return None
