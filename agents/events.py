@@ -50,8 +50,9 @@ class StepEvent(_Event):
     tools: list[str] = Field(default_factory=list)
     # The API's exact count of this request's input (count_tokens), when it was asked near the threshold.
     counted_input: int | None = None
+    cost_usd: float | None = None  # the call at its model's price (agents.pricing); none offline or unpriced
 
-    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"counted_input"})
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"counted_input", "cost_usd"})
 
 
 class OutputCutEvent(_Event):

@@ -404,3 +404,11 @@ def parse_int(text: str) -> int:
     if value != value.to_integral_value():
         raise ValueError("expected a whole number")
     return int(value)
+
+
+def scenario_prices(root: Path) -> dict[str, Price]:
+    """A scenario's own prices (scenario.toml ``[prices.<model id>]``), which win over agents.pricing's defaults."""
+    try:
+        return dict(load_scenario_config(scenario_toml_path(root)).prices)
+    except ConfigError:  # a broken scenario.toml is reported where it is read for settings; price by the defaults
+        return {}

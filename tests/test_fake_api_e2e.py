@@ -52,6 +52,8 @@ def test_a_run_reaches_done_through_the_double(tmp_path, double):
         events = (tmp_path / "refund_desk" / "state" / role / "events.jsonl").read_text().splitlines()
         compactions = [e for e in map(json.loads, events) if e["kind"] == "compaction"]
         assert compactions and not any(c["fallback"] for c in compactions), role
+        steps = [e for e in map(json.loads, events) if e["kind"] == "step"]
+        assert all(e["cost_usd"] > 0 and e["usage"]["output_tokens"] > 0 for e in steps), role  # priced per call
     summaries = seen["by_purpose"]["summary"]
     assert summaries["requests"] >= 2
     assert summaries["cache_read"] > summaries["cache_write"] + summaries["input"], summaries

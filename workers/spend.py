@@ -22,9 +22,9 @@ from agents.events import (
     read_events,
 )
 from agents.pricing import Price, Tokens, price_for
-from agents.settings_layers import load_scenario_config
+from agents.settings_layers import scenario_prices
 from scenarios.run import load_run
-from scenarios.store import AGENTS, Layout, StoreError
+from scenarios.store import AGENTS, Layout
 from workers.pinning import pins_of
 
 
@@ -74,14 +74,6 @@ def read_spend(root: Path) -> RunSpend:
     saved = [a.total.saved_by_cache_usd for a in agents.values() if a.total.saved_by_cache_usd is not None]
     return RunSpend(agents=agents, total=Spend(tokens=total, cost_usd=cost,
                                                saved_by_cache_usd=sum(saved) if cost is not None else None))
-
-
-def scenario_prices(root: Path) -> dict[str, Price]:
-    """The scenario's own prices (scenario.toml ``[prices.<model id>]``), over the defaults."""
-    try:
-        return dict(load_scenario_config(Layout(root).toml).prices)
-    except (StoreError, ValueError):  # a broken scenario.toml is reported by status itself; price by the defaults
-        return {}
 
 
 def call_cost(root: Path, model: str, usage: dict[str, int] | None) -> float | None:
