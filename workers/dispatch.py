@@ -23,6 +23,7 @@ from workers.app import QUEUES, broker_url
 from workers.errors import CliError, broker_help
 from workers.readmodel import SIMULATED
 from workers.render import Progress, say, summary
+from workers.scenario_lock import ScenarioBusy, scenario_lock
 
 POLL_S = 1.0
 QUIET_HINT_S = 30.0  # in broker mode, say how to start workers after this long without progress
@@ -74,12 +75,24 @@ def run_here(root: Path, tasks: list[loop.Task], profile: str | None) -> bool:
 
     team = loop.Team(root, profile=profile)
     simulated = any(team[role].model.label == SIMULATED for role in AGENTS)
-    with Progress(root, simulated) as progress:
-        try:
-            run_embedded(tasks, team, on_task=progress.refresh)
-        except KeyboardInterrupt:
-            return False
+    # Workers hold a Redis lock per agent; an embedded run holds the whole scenario, so two
+    # shells running it at once cannot both write the same steps.
+    try:
+        with scenario_lock(root), Progress(root, simulated) as progress:
+            try:
+                run_embedded(tasks, team, on_task=progress.refresh)
+            except KeyboardInterrupt:
+                return False
+    except ScenarioBusy as busy:
+        raise busy_error(busy) from None
     return True
+
+
+def busy_error(busy: ScenarioBusy) -> CliError:
+    name, holder = busy.root.name, busy.holder
+    stop = f"stop it (Ctrl-C in its terminal, or `kill {holder.pid}` on {holder.host})" if holder else "stop it"
+    return CliError(str(busy), f"wait for it (`baton status {name}` shows its progress), or {stop} and then "
+                               f"`baton resume {name}`; the lock frees itself when that process ends")
 
 
 def dispatch_to(url: str, tasks: list[loop.Task], profile: str | None) -> None:

@@ -1,0 +1,135 @@
+"""One embedded run of a scenario at a time: an exclusive ``flock`` on ``<scenario>/state/.lock``.
+
+Workers take a Redis lock per agent (``workers.tasks.agent_lock``); an embedded run has
+no broker, so it locks the scenario folder instead. The kernel frees a ``flock`` when its
+process dies, even by SIGKILL, so a crashed run never leaves the scenario locked. The
+file records who holds it (pid, host, since when, command) so a second run can say so,
+and ``holder(root)`` lets ``baton status`` tell whether an embedded run is under way.
+
+The file lives in ``state/``, which baton alone writes (the agents' tools refuse to), and
+is removed on release, so a finished run leaves the folder as it was.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+LOCK_NAME = ".lock"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a scenario: enough to find the process and decide what to do."""
+
+    pid: int
+    host: str
+    since: str  # ISO 8601, UTC
+    command: str
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host}, since {self.since}: {self.command}"
+
+
+class ScenarioBusy(RuntimeError):
+    """Another process runs this scenario; ``holder`` is None if it wrote no details yet."""
+
+    def __init__(self, root: Path, holder: Holder | None):
+        who = holder.describe() if holder else "another process (it has not said who yet)"
+        super().__init__(f"{root.name} is already running in {who}")
+        self.root, self.holder = root, holder
+
+
+def lock_path(root: Path) -> Path:
+    return Path(root) / "state" / LOCK_NAME
+
+
+def _read_holder(fd: int) -> Holder | None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = b""
+    while chunk := os.read(fd, 65536):
+        raw += chunk
+    try:
+        return Holder(**json.loads(raw))
+    except (ValueError, TypeError):
+        return None  # empty (the holder is between taking the lock and writing) or not ours
+
+
+def holder(root: Path) -> Holder | None:
+    """The process running ``root`` embedded right now, or None. Never blocks, never writes."""
+    try:
+        fd = os.open(lock_path(root), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # someone holds it exclusively: a run is under way
+            return _read_holder(fd) or Holder(pid=0, host="?", since="?", command="?")
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None  # a file left by a killed run: nobody holds it
+    finally:
+        os.close(fd)
+
+
+def _open_locked(path: Path) -> int:
+    """Open ``path`` and lock it exclusively; raises BlockingIOError if someone holds it.
+
+    A releasing holder unlinks the file; if that happened between our open and our lock,
+    we locked an orphan that nobody else will ever see, so open the new file again."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+@contextmanager
+def scenario_lock(root: Path, command: str | None = None) -> Iterator[Holder]:
+    """Hold ``root`` for this process; raises ``ScenarioBusy`` naming the holder if it is taken."""
+    path = lock_path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            fd = _open_locked(path)
+            break
+        except BlockingIOError:
+            try:
+                with open(path, "rb") as busy:
+                    raise ScenarioBusy(Path(root), _read_holder(busy.fileno())) from None
+            except FileNotFoundError:
+                continue  # the holder released it meanwhile: try again
+    me = Holder(pid=os.getpid(), host=socket.gethostname(),
+                since=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                command=command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]))
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(asdict(me)).encode(), 0)
+        yield me
+    finally:
+        # Unlink while still locked: a process that opened the old file finds it orphaned and retries.
+        # Only our own file: if state/ was archived meanwhile, the path may name another run's lock.
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # closing the last descriptor releases the lock
