@@ -8,7 +8,9 @@ runs embedded (``workers.embedded``) and this app is never used.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit
 
 from celery import Celery
 from kombu import Queue
@@ -28,6 +30,34 @@ def broker_url(env: Mapping[str, str] | None = None) -> str | None:
         if env.get(name):
             return env[name]
     return None
+
+
+# scheme://user:PASSWORD@ and ?password=PASSWORD: the two places a broker URL carries a secret.
+_URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@]+@", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^\s&#;]*", re.IGNORECASE)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password shown as ``***``: the form every message and log line uses
+    (kombu's ``;``-separated failover URLs included)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _URL_USERINFO.sub(r"\1***@", url))
+
+
+def mask_secrets(text: str, env: Mapping[str, str] | None = None) -> str:
+    """``text`` with every URL's password masked, and the configured broker's password too wherever
+    it appears alone (an error message may quote it without its URL)."""
+    text = mask_url(text)
+    for part in (broker_url(env) or "").split(";"):
+        try:
+            password = urlsplit(part).password
+        except ValueError:  # a malformed URL (e.g. a bad port): its userinfo was masked above
+            continue
+        if not password:
+            continue
+        for form in {password, unquote(password)}:
+            if len(form) >= 4:  # a one-letter "password" would mask every such letter
+                text = text.replace(form, "***")
+    return text
 
 
 def make_app(url: str | None = None) -> Celery:

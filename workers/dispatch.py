@@ -19,7 +19,7 @@ from agents.models import API_KEY_ENV
 from scenarios.run import load_run
 from scenarios.store import AGENTS
 from workers import loop
-from workers.app import QUEUES, broker_url
+from workers.app import QUEUES, broker_url, mask_url
 from workers.errors import CliError, broker_help
 from workers.readmodel import SIMULATED
 from workers.render import Progress, say, summary
@@ -48,7 +48,7 @@ def check_broker(url: str) -> None:
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
     except redis.exceptions.RedisError as exc:
-        raise broker_help(url, str(exc)) from None
+        raise broker_help(url, exc) from None
 
 
 def execute(root: Path, tasks: list[loop.Task], url: str | None, profile: str | None, follow: bool = True) -> int:
@@ -103,7 +103,7 @@ def dispatch_to(url: str, tasks: list[loop.Task], profile: str | None) -> None:
     from workers.tasks import dispatch
 
     dispatch(tasks)
-    say(Text(f"dispatched {len(tasks)} task(s) to {url}"))
+    say(Text(f"dispatched {len(tasks)} task(s) to {mask_url(url)}"))
 
 
 def follow_disk(root: Path) -> bool:

@@ -16,7 +16,7 @@ from rich.text import Text
 from agents.config import ConfigError
 from agents.models import ModelError
 from scenarios.store import StoreError
-from workers.app import BROKER_ENVS, broker_url
+from workers.app import BROKER_ENVS, broker_url, mask_secrets, mask_url
 from workers.render import err
 
 
@@ -28,9 +28,31 @@ class CliError(Exception):
         self.hint, self.code = hint, code
 
 
-def broker_help(url: str, detail: str) -> CliError:
+# How Redis says no to a password: redis-py raises AuthenticationError for most of them, but
+# through kombu only the text is left (WRONGPASS: wrong password; NOAUTH: none was sent).
+AUTH_FAILURE_MARKS = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password",
+                      "Authentication required", "AUTH <password> called without any password configured")
+
+
+def is_auth_failure(exc: BaseException) -> bool:
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        return True
+    text = str(exc)
+    return any(mark.lower() in text.lower() for mark in AUTH_FAILURE_MARKS)
+
+
+def broker_help(url: str, exc: BaseException) -> CliError:
+    """What to do when the broker said no: a wrong or missing password, or no answer at all.
+    The URL and the detail are masked: neither may print the password."""
+    where, detail = mask_url(url), mask_secrets(str(exc))
+    if is_auth_failure(exc):
+        return CliError(
+            f"authentication failed at the broker {where} ({detail})",
+            f"put Redis's requirepass in {' or '.join(BROKER_ENVS)}, between `redis://:` and `@host:port/0` "
+            "(URL-encoded); with Docker Compose both come from REDIS_PASSWORD (docs/deployment.md)",
+        )
     return CliError(
-        f"the broker at {url} is unreachable ({detail})",
+        f"the broker at {where} is unreachable ({detail})",
         "start Redis (`redis-server` or `docker compose up redis`), or unset "
         f"{' and '.join(BROKER_ENVS)} to run embedded in this process",
     )
@@ -38,9 +60,10 @@ def broker_help(url: str, detail: str) -> CliError:
 
 def fail(exc: CliError) -> NoReturn:
     # Text objects, not markup: messages quote TOML tables such as [agents.init].
-    err.print(Text.assemble(("error: ", "bold red"), str(exc)), soft_wrap=True)
+    # Masked here as well, so no message (a broker error quoted in any other one) prints a password.
+    err.print(Text.assemble(("error: ", "bold red"), mask_secrets(str(exc))), soft_wrap=True)
     if exc.hint:
-        err.print(Text.assemble(("what to do: ", "bold"), exc.hint), soft_wrap=True)
+        err.print(Text.assemble(("what to do: ", "bold"), mask_secrets(exc.hint)), soft_wrap=True)
     raise typer.Exit(exc.code)
 
 
@@ -61,7 +84,7 @@ def guarded(command: F) -> F:
         except StoreError as exc:  # its message already says what to do
             fail(CliError(str(exc)))
         except (redis.exceptions.RedisError, kombu.exceptions.OperationalError) as exc:
-            fail(broker_help(broker_url() or "?", str(exc)))
+            fail(broker_help(broker_url() or "?", exc))
         except ModelError as exc:
             fail(CliError(f"model: {exc}"))
         except (ValueError, OSError) as exc:
