@@ -65,7 +65,7 @@ def awaiting(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("awaiting")
     root = copy_of(EXAMPLE, folder)
     result = invoke(folder, "run", "refund_desk", "--profile", "demo")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # stopped, waiting for approval
     assert run_json(root)["phase"] == "awaiting_approval"
     assert "baton approve refund_desk" in result.output
     return root
@@ -88,10 +88,27 @@ def test_new_copies_a_brief(tmp_path: Path) -> None:
     copy_of(EXAMPLE, tmp_path)
     assert invoke(tmp_path, "new", "copy", "--from", "refund_desk").exit_code == 0
     assert (tmp_path / "copy" / "brief.md").read_text() == (EXAMPLE / "brief.md").read_text()
+    toml = (tmp_path / "copy" / "scenario.toml").read_text()
+    expected = (EXAMPLE / "scenario.toml").read_text().replace('name = "refund_desk"', 'name = "copy"')
+    assert toml == expected  # its settings and comments, only the name changed
     own = tmp_path / "mine.md"
     own.write_text("# my brief\n")
     assert invoke(tmp_path, "new", "mine", "--brief", str(own)).exit_code == 0
     assert (tmp_path / "mine" / "brief.md").read_text() == "# my brief\n"
+
+
+def test_new_from_a_run_copies_its_definition_not_its_run(finished: tuple[Path, Result]) -> None:
+    root, _ = finished
+    (root / "notes.txt").write_text("kept\n")
+    try:
+        result = invoke(root.parent, "new", "again", "--from", str(root))
+    finally:
+        (root / "notes.txt").unlink()
+    assert result.exit_code == 0, result.output
+    copy = root.parent / "again"
+    assert sorted(p.name for p in copy.iterdir()) == ["brief.md", "notes.txt", "scenario.toml"]
+    assert 'name = "again"' in (copy / "scenario.toml").read_text()
+    shutil.rmtree(copy)
 
 
 def test_new_refuses_hostile_and_existing_names(tmp_path: Path) -> None:
@@ -121,7 +138,7 @@ def test_run_with_auto_approve_finishes(finished: tuple[Path, Result]) -> None:
 def test_approve_continues_to_execute(awaiting: Path, tmp_path: Path) -> None:
     root = copy_of(awaiting, tmp_path)
     result = invoke(tmp_path, "approve", "refund_desk", "--profile", "demo")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # iteration 2's design waits for approval
     record = run_json(root)
     # Execute ran iteration 1 (80% < 85%), Init redesigned, and iteration 2 waits for approval.
     assert [r["success_rate"] for r in record["results"]] == [0.8]
@@ -133,7 +150,7 @@ def test_reject_sends_the_feedback_to_init(awaiting: Path, tmp_path: Path) -> No
     root = copy_of(awaiting, tmp_path)
     feedback = "add a rule about gift cards"
     result = invoke(tmp_path, "reject", "refund_desk", "--feedback", feedback, "--profile", "demo")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output
     log = [json.loads(line) for line in (root / "state" / "init" / "log.jsonl").read_text().splitlines()]
     openings = [r for r in log if r["kind"] == "opening"]
     assert len(openings) == 2 and feedback in json.dumps(openings[-1]["message"])
@@ -257,7 +274,7 @@ def test_a_failed_step_exits_2_and_resume_continues(tmp_path: Path) -> None:
     assert "max_steps_per_turn (2)" in result.output and "baton resume refund_desk" in result.output
     assert run_json(root)["status"] == "error"
     resumed = invoke(tmp_path, "resume", "refund_desk", "--profile", "demo")
-    assert resumed.exit_code == 0, resumed.output
+    assert resumed.exit_code == 3, resumed.output
     assert run_json(root)["phase"] == "awaiting_approval"
 
 
@@ -272,3 +289,53 @@ def test_an_unexpected_error_has_no_traceback(monkeypatch: pytest.MonkeyPatch, a
     assert result.exit_code == 2
     assert "unexpected RuntimeError: boom" in result.output and "BATON_DEBUG" in result.output
     assert "Traceback" not in result.output
+
+
+# ---- command-line conventions ---------------------------------------------------------------
+
+
+def test_version_and_python_dash_m(tmp_path: Path) -> None:
+    shown = invoke(tmp_path, "--version")
+    assert shown.exit_code == 0 and shown.output.startswith("baton ")
+    module = subprocess.run([sys.executable, "-m", "baton", "--version"], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert module.returncode == 0 and module.stdout == shown.output, module.stderr
+
+
+def test_help_shows_names_exit_codes_and_choices(tmp_path: Path) -> None:
+    top = invoke(tmp_path, "--help").output
+    assert "Exit codes:" in top and "3 the run waits for your approval" in top and "130" in top
+    assert "--install-completion" in top
+    new_help = invoke(tmp_path, "new", "--help").output
+    assert "Usage: root new [OPTIONS] NAME" in new_help and "{name}" not in new_help and "<str>" not in new_help
+    assert "<init|execute>" in invoke(tmp_path, "context", "--help").output
+    wrong = invoke(tmp_path, "context", "refund_desk", "--agent", "bob")
+    assert wrong.exit_code == 2 and "'bob' is not one of 'init', 'execute'" in wrong.output
+    assert invoke(tmp_path, "worker", "cook").exit_code == 2
+
+
+def test_scenarios_dir_after_the_command(finished: tuple[Path, Result]) -> None:
+    root, _ = finished
+    result = runner.invoke(cli, ["status", "--scenarios-dir", str(root.parent), "refund_desk", "--json"],
+                           env={name: None for name in UNSET})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["scenario"] == "refund_desk"
+
+
+def test_the_simulated_notice_is_said_once(awaiting: Path, tmp_path: Path) -> None:
+    root = copy_of(awaiting, tmp_path)
+    result = invoke(tmp_path, "context", "refund_desk", "--profile", "demo")
+    assert result.exit_code == 0 and "SIMULATED" not in result.output, result.output
+    approved = invoke(tmp_path, "approve", "refund_desk", "--profile", "demo")
+    assert approved.output.count("SIMULATED model") == 1, approved.output  # the banner only, no log lines
+    verbose = invoke(tmp_path, "-v", "context", "refund_desk", "--profile", "demo")
+    assert "using the SIMULATED model" in verbose.output
+    assert root.exists()
+
+
+def test_ctrl_c_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(folder: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("workers.cli.status_overview", interrupted)
+    assert invoke(tmp_path, "status").exit_code == 130

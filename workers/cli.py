@@ -5,25 +5,33 @@ progress and status are read back from the disk (``workers.readmodel``), so
 ``status`` works while workers run or after they died, and ``run`` follows a
 distributed run the same way it follows an embedded one (``workers.dispatch``).
 
-Exit codes: 0 the command completed (a scenario that succeeded, or one that
-stopped to wait for approval), 1 the scenario finished below its target,
-2 an error; errors print what went wrong and what to do, never a traceback
+Exit codes (``EXIT_CODES``, also in ``baton --help``): 0 the command completed
+(a scenario that succeeded), 1 the scenario finished below its target, 2 an
+error, 3 the run stopped to wait for a human's approval, 130 interrupted
+(Ctrl-C); errors print what went wrong and what to do, never a traceback
 (``workers.errors``).
 """
 
 from __future__ import annotations
 
+import enum
+import importlib.metadata
 import json
+import logging
 import os
+import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from agents.disk import AgentDisk
-from scenarios.run import RunRecord, load_run
+from scenarios.run import RunRecord, copy_scenario, load_run
 from scenarios.store import AGENTS, Layout, check_name, write_atomic
 from workers import loop
 from workers.app import QUEUES, broker_url
@@ -33,15 +41,83 @@ from workers.readmodel import read_agent, scenario_roots, status_json
 from workers.render import err, layers_table, out, say, status_overview, status_report
 from workers.timeline import plot_timeline
 
-cli = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+EXIT_WAITING = 3  # the run stopped to wait for `baton approve` or `baton reject`: not a success, not an error
+EXIT_CODES = ("0 done (the scenario succeeded, or the command completed), 1 the scenario finished below its target, "
+              f"2 an error (the message says what to do), {EXIT_WAITING} the run waits for your approval, "
+              "130 interrupted (Ctrl-C)")
+SCENARIOS_DIR_OPTION = "--scenarios-dir"
+
+
+class HoistingGroup(TyperGroup):
+    """Accepts ``--scenarios-dir`` after the command too (``baton status --scenarios-dir X``): it is moved
+    in front of the command, where the group's own option parses it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist(args, SCENARIOS_DIR_OPTION))
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # click would print "Aborted!" and exit 1; Ctrl-C exits 130 by convention
+            raise typer.Exit(130) from None
+
+
+def hoist(args: list[str], option: str) -> list[str]:
+    end = args.index("--") if "--" in args else len(args)  # after "--" every word is an argument
+    head, moved, i = [], [], 0
+    while i < end:
+        word = args[i]
+        if word == option and i + 1 < end:
+            moved += args[i:i + 2]
+            i += 2
+        elif word.startswith(option + "="):
+            moved.append(word)
+            i += 1
+        else:
+            head.append(word)
+            i += 1
+    return moved + head + args[end:]
+
+
+class PlainUsage(TyperCommand):
+    """Usage and help that name arguments like the docs do (``baton new NAME``), without click 8.5's
+    ``{NAME}`` for a required argument and typer's ``NAME <str>`` type suffix."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [re.sub(r"^\{(.+)\}$", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+    def get_help(self, ctx: click.Context) -> str:
+        return re.sub(r"^(  [A-Z_]+) <str>", r"\1      ", super().get_help(ctx), flags=re.MULTILINE)
+
+
+cli = typer.Typer(cls=HoistingGroup, no_args_is_help=True, rich_markup_mode=None, epilog=f"Exit codes: {EXIT_CODES}.",
                   help="baton: two Claude agents build agent-evaluation scenarios.")
+command = cli.command  # every command below: ``@command(cls=PlainUsage)``
+
+Agent = enum.Enum("Agent", {role: role for role in AGENTS}, type=str)  # choices shown as <init|execute>
+WorkerRole = enum.Enum("WorkerRole", {queue: queue for queue in QUEUES}, type=str)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"baton {importlib.metadata.version('baton')}")
+        raise typer.Exit()
 
 
 @cli.callback()
 def options(
     scenarios_dir: Annotated[Path | None, typer.Option(
-        "--scenarios-dir", help=f"folder of scenarios [default: ${loop.SCENARIOS_ENV} or ./scenarios]")] = None,
+        SCENARIOS_DIR_OPTION, help=f"folder of scenarios, before or after the command "
+                                   f"[default: ${loop.SCENARIOS_ENV} or ./scenarios]")] = None,
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True,
+                                         help="more log lines on stderr: -v info, -vv debug")] = 0,
+    log_level: Annotated[str | None, typer.Option(
+        help=f"log level on stderr: {', '.join(LOG_LEVELS)} [default: WARNING, or as -v says]")] = None,
+    version: Annotated[bool, typer.Option("--version", callback=show_version, is_eager=True,
+                                          help="print baton's version and exit")] = False,
 ) -> None:
+    configure_logging(log_level or ("DEBUG" if verbose > 1 else "INFO" if verbose else "WARNING"))
     # Exported so the loop (and any worker started from here) resolves the same folder.
     chosen = scenarios_dir or Path(os.environ.get(loop.SCENARIOS_ENV) or "scenarios")
     os.environ[loop.SCENARIOS_ENV] = str(chosen.resolve())
@@ -53,10 +129,39 @@ def options(
             console.width = int(columns) if columns.isdigit() else 120
 
 
+class CurrentStderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a line is logged (tests swap it for every invocation)."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: ANN201
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
+def configure_logging(level: str) -> None:
+    """One stderr handler on the root logger, however often the CLI is invoked in one process."""
+    if level.upper() not in LOG_LEVELS:
+        raise typer.BadParameter(f"use one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
+    root = logging.getLogger()
+    if not any(isinstance(h, CurrentStderr) for h in root.handlers):
+        handler = CurrentStderr()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(level.upper())
+    # Each agent's model backend warns that it is simulated; the CLI says it once, in its SIMULATED
+    # banner and status lines, so those warnings show only at -v (a worker's log keeps them).
+    logging.getLogger("agents.backends").setLevel("INFO" if level.upper() in ("DEBUG", "INFO") else "ERROR")
+
+
 Embedded = Annotated[bool | None, typer.Option(
     "--embedded/--broker", help="run in this process, or dispatch to workers [default: broker if configured]")]
 Profile = Annotated[str | None, typer.Option(help="settings profile, e.g. demo (small windows, early compaction)")]
 Follow = Annotated[bool, typer.Option(help="broker mode: follow progress until the run stops")]
+
+Name = Annotated[str, typer.Argument(metavar="NAME", help="the scenario: a folder in the scenarios folder")]
 
 TOML_TEMPLATE = '''# {name}: see brief.md.
 name = "{name}"
@@ -96,13 +201,14 @@ What counts as a pass; which mistakes matter most.
 # ---- new -----------------------------------------------------------------------------------
 
 
-@cli.command()
+@command(cls=PlainUsage)
 @guarded
 def new(
-    name: str,
+    name: Name,
     brief: Annotated[Path | None, typer.Option(help="a Markdown file to use as brief.md")] = None,
     from_: Annotated[str | None, typer.Option(
-        "--from", help="copy brief.md from this scenario (name or folder)")] = None,
+        "--from", metavar="SCENARIO",
+        help="copy this scenario (name or folder): its brief, scenario.toml and files, not its runs")] = None,
 ) -> None:
     """Create scenarios/NAME with scenario.toml and brief.md."""
     root = loop.scenarios_dir() / check_name(name)
@@ -110,25 +216,47 @@ def new(
         raise CliError(f"{root} already exists", "pick another name, or delete the folder to start over")
     if brief is not None and from_ is not None:
         raise CliError("--brief and --from both give brief.md", "pass only one of them")
-    text = brief_text(name, brief, from_)
-    write_atomic(root / "brief.md", text)  # creates the folder
-    write_atomic(root / "scenario.toml", TOML_TEMPLATE.format(name=name))
-    say(Text(f"created {root}/ (scenario.toml, brief.md)"))
+    source = source_folder(from_) if from_ is not None else None
+    if source is not None and (source / "scenario.toml").is_file():
+        copy_scenario(source, root)  # its settings, comments and any other file; not run.json, state/, runs/
+        toml = root / "scenario.toml"
+        write_atomic(toml, renamed_toml(toml.read_text(encoding="utf-8"), name))
+        say(Text(f"created {root}/ as a copy of {source} (without its runs)"))
+    else:
+        write_atomic(root / "brief.md", brief_text(name, brief, source))  # creates the folder
+        write_atomic(root / "scenario.toml", TOML_TEMPLATE.format(name=name))
+        say(Text(f"created {root}/ (scenario.toml, brief.md)"))
     after = "edit brief.md, then" if brief is None and from_ is None else "next:"
     say(Text(f"{after} `baton run {name}`"))
 
 
-def brief_text(name: str, brief: Path | None, source: str | None) -> str:
+def source_folder(source: str) -> Path:
+    folder = Path(source) if Path(source).is_dir() else loop.scenarios_dir() / check_name(source)
+    if not (folder / "brief.md").is_file():
+        raise CliError(f"no brief.md in {folder}",
+                       "give the name or folder of an existing scenario, e.g. --from refund_desk")
+    return folder
+
+
+def renamed_toml(text: str, name: str) -> str:
+    """scenario.toml with its top-level ``name`` set to ``name``: a line edit, so comments and layout stay."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("["):
+            break  # a table begins: a ``name`` below it is not the scenario's
+        if re.match(r"\s*name\s*=", line):
+            lines[i] = f"name = {json.dumps(name)}\n"
+            return "".join(lines)
+    return f"name = {json.dumps(name)}\n" + text  # no name yet: a top-level key goes before any table
+
+
+def brief_text(name: str, brief: Path | None, source: Path | None) -> str:
     if brief is not None:
         if not brief.is_file():
             raise CliError(f"brief file not found: {brief}", "pass the path of a Markdown file")
         return brief.read_text(encoding="utf-8")
     if source is not None:
-        folder = Path(source) if Path(source).is_dir() else loop.scenarios_dir() / check_name(source)
-        if not (folder / "brief.md").is_file():
-            raise CliError(f"no brief.md in {folder}",
-                           "give the name or folder of an existing scenario, e.g. --from refund_desk")
-        return (folder / "brief.md").read_text(encoding="utf-8")
+        return (source / "brief.md").read_text(encoding="utf-8")
     return BRIEF_TEMPLATE.format(name=name)
 
 
@@ -141,8 +269,15 @@ def advance(name: str, move: Callable[[Path], list[loop.Task]], profile: str | N
     root = loop.scenario_root(name)
     url = choose_mode(embedded)  # before ``move``: an unreachable broker must leave the disk as it was
     code = execute(root, move(root), url, profile, follow)
+    if code == 0 and waiting_for_approval(root):
+        code = EXIT_WAITING  # scripts tell "done" from "a human must look at the design now"
     if code:
         raise typer.Exit(code)
+
+
+def waiting_for_approval(root: Path) -> bool:
+    record = load_run(root)
+    return record is not None and not record.finished and record.phase == "awaiting_approval"
 
 
 def start_run(root: Path, auto_approve: bool, profile: str | None) -> list[loop.Task]:
@@ -158,10 +293,10 @@ def start_run(root: Path, auto_approve: bool, profile: str | None) -> list[loop.
     return tasks
 
 
-@cli.command()
+@command(cls=PlainUsage)
 @guarded
 def run(
-    name: str,
+    name: Name,
     auto_approve: Annotated[bool, typer.Option(help="skip the human approval of each design")] = False,
     profile: Profile = None,
     embedded: Embedded = None,
@@ -171,17 +306,17 @@ def run(
     advance(name, lambda root: start_run(root, auto_approve, profile), profile, embedded, follow)
 
 
-@cli.command()
+@command(cls=PlainUsage)
 @guarded
-def approve(name: str, profile: Profile = None, embedded: Embedded = None, follow: Follow = True) -> None:
+def approve(name: Name, profile: Profile = None, embedded: Embedded = None, follow: Follow = True) -> None:
     """Approve the design waiting for review; Execute starts."""
     advance(name, loop.approve, profile, embedded, follow)
 
 
-@cli.command()
+@command(cls=PlainUsage)
 @guarded
 def reject(
-    name: str,
+    name: Name,
     feedback: Annotated[str, typer.Option(help="what Init should change")],
     profile: Profile = None,
     embedded: Embedded = None,
@@ -191,9 +326,9 @@ def reject(
     advance(name, lambda root: loop.reject(root, feedback), profile, embedded, follow)
 
 
-@cli.command()
+@command(cls=PlainUsage)
 @guarded
-def resume(name: str, profile: Profile = None, embedded: Embedded = None, follow: Follow = True) -> None:
+def resume(name: Name, profile: Profile = None, embedded: Embedded = None, follow: Follow = True) -> None:
     """Continue from what is on disk (after a crash, a stop or an error)."""
     advance(name, loop.resume, profile, embedded, follow)
 
@@ -201,10 +336,10 @@ def resume(name: str, profile: Profile = None, embedded: Embedded = None, follow
 # ---- reading: status, context --------------------------------------------------------------
 
 
-@cli.command()
+@command(cls=PlainUsage)
 @guarded
 def status(
-    name: Annotated[str | None, typer.Argument(help="one scenario; all when omitted")] = None,
+    name: Annotated[str | None, typer.Argument(metavar="NAME", help="one scenario; all when omitted")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable: run, agents, models and spend")] = False,
 ) -> None:
     """Where each scenario stands, read from disk only."""
@@ -218,19 +353,17 @@ def status(
         status_report(loop.scenario_root(name))
 
 
-@cli.command()
+@command(cls=PlainUsage)
 @guarded
 def context(
-    name: str,
-    agent: Annotated[str | None, typer.Option(help="init or execute [default: the agent of the current phase]")] = None,
+    name: Name,
+    agent: Annotated[Agent | None, typer.Option(help="whose context [default: the agent of the current phase]")] = None,
     png: Annotated[Path | None, typer.Option(help="timeline image [default: state/<agent>/context.png]")] = None,
     profile: Profile = None,
 ) -> None:
     """What the agent's next call would send, by layer, and a timeline of its context size."""
     root = loop.scenario_root(name)
-    role = agent or current_agent(load_run(root))
-    if role not in AGENTS:
-        raise CliError(f"unknown agent {role!r}", f"use --agent {' or --agent '.join(AGENTS)}")
+    role = agent.value if agent is not None else current_agent(load_run(root))
     disk = AgentDisk.load(root, role)  # type: ignore[arg-type]
     if not disk.records:
         raise CliError(f"{role} has no log yet in {root}", f"start the scenario with `baton run {name}`")
@@ -253,16 +386,15 @@ def current_agent(record: RunRecord | None) -> str:
 # ---- worker --------------------------------------------------------------------------------
 
 
-@cli.command()
+@command(cls=PlainUsage)
 @guarded
 def worker(
-    role: Annotated[str, typer.Argument(help=f"the queue to serve: {', '.join(QUEUES)}")],
+    queue: Annotated[WorkerRole, typer.Argument(metavar="ROLE", help="the queue to serve")],
     pool: Annotated[str, typer.Option(help="Celery pool: prefork, solo or threads")] = "prefork",
     profile: Profile = None,
 ) -> None:
     """Start a Celery worker for one queue (needs BATON_BROKER_URL)."""
-    if role not in QUEUES:
-        raise CliError(f"unknown worker role {role!r}", f"use one of: {', '.join(QUEUES)}")
+    role = queue.value
     url = broker_url()
     if url is None:
         raise CliError("no broker configured: workers take their tasks from Redis",
@@ -273,11 +405,13 @@ def worker(
         os.environ["BATON_PROFILE"] = profile  # the tasks build each scenario's agents from the environment
     from workers.app import app
 
+    logging.getLogger("agents.backends").setLevel(logging.NOTSET)  # a worker's log says which model it runs
+
     # One task at a time per worker process: a step holds its agent's lock for its whole duration.
     app.worker_main(["worker", "-Q", role, "-n", f"{role}@%h", "-c", "1", "-E", "--loglevel", "INFO", "--pool", pool])
 
 
-@cli.command("fake-api")
+@command("fake-api", cls=PlainUsage)
 @guarded
 def fake_api(
     port: Annotated[int, typer.Option(help="port to listen on")],

@@ -1,0 +1,1 @@
+"""``python -m baton``: the same command line as the ``baton`` entry point (``workers.cli``)."""
