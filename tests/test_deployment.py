@@ -16,6 +16,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -388,12 +389,14 @@ def test_compose_refuses_to_start_without_the_passwords(compose):
 def test_redis_requires_a_password_and_is_published_on_loopback_only(services):
     redis = services["redis"]
     assert redis["image"].startswith("redis:7")
-    command = redis["command"]
-    assert command[0] == "redis-server"
-    assert command[command.index("--requirepass") + 1] == PASSWORD
+    shell, flag, script = redis["command"]
+    assert (shell, flag) == ("sh", "-c")
+    # redis-server through the image's entrypoint (which drops to the redis user), its config on stdin
+    assert script.startswith("exec docker-entrypoint.sh redis-server ") and "requirepass" in script
+    assert " - <<EOF\n" in script, "Redis reads '-' (config from stdin) only as its first or last argument"
     health = redis["healthcheck"]["test"]
-    assert health[0] == "CMD-SHELL" and "redis-cli" in health[1] and " -a " in health[1]
-    assert environment(redis)["REDIS_PASSWORD"] == PASSWORD  # what the healthcheck's $REDIS_PASSWORD reads
+    assert health[0] == "CMD-SHELL" and "redis-cli" in health[1] and "REDISCLI_AUTH=" in health[1]
+    assert environment(redis)["REDIS_PASSWORD"] == PASSWORD  # what $REDIS_PASSWORD reads in the container
     for port in redis.get("ports", []):
         assert str(port).startswith("127.0.0.1:"), f"Redis published beyond loopback: {port}"
 
@@ -443,14 +446,15 @@ def test_no_secret_is_written_in_the_files(compose):
     for name, service in raw.items():
         for key, value in environment(service).items():
             if is_secret_name(key):
-                assert re.fullmatch(r"\$\{\w+(:?[-?][^}]*)?\}", value), f"{name}.{key} is not from the environment"
+                # only ${VAR} references (user:password joins two of them)
+                assert re.fullmatch(r"(?:\$\{\w+(?::?[-?][^}]*)?\}|:)+", value), \
+                    f"{name}.{key} is not from the environment"
         broker = environment(service).get("BATON_BROKER_URL")
         if broker is not None:
             assert re.fullmatch(r"redis://:\$\{REDIS_PASSWORD(:\?[^}]*)?\}@redis:6379/0", broker), broker
-    requirepass = raw["redis"]["command"][raw["redis"]["command"].index("--requirepass") + 1]
-    assert re.fullmatch(r"\$\{REDIS_PASSWORD(:\?[^}]*)?\}", requirepass)
-    basic_auth = next(a for a in raw["flower"]["command"] if a.startswith("--basic-auth="))
-    assert re.fullmatch(r"--basic-auth=\$\{FLOWER_USER(:-\w+)?\}:\$\{FLOWER_PASSWORD(:\?[^}]*)?\}", basic_auth)
+    assert "$$REDIS_PASSWORD" in raw["redis"]["command"][2]  # expanded by the container's shell, not by Compose
+    basic_auth = environment(raw["flower"])["FLOWER_BASIC_AUTH"]
+    assert re.fullmatch(r"\$\{FLOWER_USER(:-\w+)?\}:\$\{FLOWER_PASSWORD(:\?[^}]*)?\}", basic_auth)
     # nothing secret is baked into the image: no ENV or ARG named like a secret
     dockerfile = DOCKERFILE.read_text()
     assert "sk-ant" not in dockerfile
@@ -467,12 +471,46 @@ def test_flower_has_basic_auth_on_port_5555(services, compose):
     command = flower["command"]
     assert command[:4] == ["celery", "-A", "workers.app", "flower"]
     assert "--port=5555" in command
-    assert f"--basic-auth=admin:{FLOWER_PASSWORD}" in command  # FLOWER_USER defaults to admin
+    assert environment(flower)["FLOWER_BASIC_AUTH"] == f"admin:{FLOWER_PASSWORD}"  # FLOWER_USER defaults to admin
     assert any(str(p).endswith("5555:5555") for p in flower["ports"])
-    renamed = interpolate(compose["services"], {**COMPOSE_ENV, "FLOWER_USER": "ops"})["flower"]["command"]
-    assert f"--basic-auth=ops:{FLOWER_PASSWORD}" in renamed
+    renamed = interpolate(compose["services"], {**COMPOSE_ENV, "FLOWER_USER": "ops"})["flower"]
+    assert environment(renamed)["FLOWER_BASIC_AUTH"] == f"ops:{FLOWER_PASSWORD}"
+    # Flower reads every FLOWER_* variable as an option and refuses names it does not know
+    assert [name for name in environment(flower) if name.startswith("FLOWER_")] == ["FLOWER_BASIC_AUTH"]
     assert urlsplit(environment(flower)["BATON_BROKER_URL"]).password == PASSWORD
     assert flower["depends_on"] == {"redis": {"condition": "service_healthy"}}
+
+
+def test_no_password_on_any_command_line(services):
+    """`ps` on the host and `docker inspect` show commands: the passwords reach the processes
+    by their environment only (Redis's as configuration on its standard input)."""
+    for name, service in services.items():
+        shown = [service.get("command") or [], (service.get("healthcheck") or {}).get("test") or []]
+        for argv in shown:
+            text = " ".join(argv) if isinstance(argv, list) else str(argv)
+            for secret in (PASSWORD, FLOWER_PASSWORD):
+                assert secret not in text, f"{name}: a password on its command line: {text}"
+
+
+def test_docker_compose_itself_accepts_the_file_and_puts_no_password_on_a_command_line(tmp_path):
+    """`docker-compose config` (Compose 1.x, no engine needed) validates and interpolates the file."""
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
+    yaml = pytest.importorskip("yaml")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), **COMPOSE_ENV}
+    argv = [binary, "--project-directory", str(REPO), "-f", str(COMPOSE), "config"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load(done.stdout)["services"]
+    assert set(config) == SERVICES
+    for name, service in config.items():
+        shown = " ".join([*service.get("command", []), *service.get("healthcheck", {}).get("test", [])])
+        assert PASSWORD not in shown and FLOWER_PASSWORD not in shown, f"{name}: {shown}"
+    assert config["flower"]["environment"]["FLOWER_BASIC_AUTH"] == f"admin:{FLOWER_PASSWORD}"
+    missing = subprocess.run(argv, env={k: v for k, v in env.items() if k != "FLOWER_PASSWORD"},
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert missing.returncode != 0 and "FLOWER_PASSWORD" in missing.stderr
 
 
 def test_dockerfile_builds_a_non_root_image_of_the_project():
@@ -561,9 +599,13 @@ def deployment(services, tmp_path_factory):
     for folder in (logs, app_dir / "scenarios", base / "home", data):
         folder.mkdir(parents=True)
     port = free_port()
-    command = services["redis"]["command"]
-    argv = [binary, *command[1:], "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--save", ""]
-    proc = _start("redis", argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, data, logs)
+    shell, flag, script = services["redis"]["command"]
+    # No image entrypoint here: the local binary, with the host options before the final "-" (stdin).
+    host_options = f"--port {port} --bind 127.0.0.1 --dir {shlex.quote(str(data))} --save ''"
+    script = script.replace("docker-entrypoint.sh redis-server", shlex.quote(binary), 1)
+    script = script.replace(" - <<EOF", f" {host_options} - <<EOF", 1)
+    env = {**environment(services["redis"]), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    proc = _start("redis", [shell, flag, script], env, data, logs)
     try:
         def answers() -> bool:
             if not proc.running():
@@ -571,6 +613,9 @@ def deployment(services, tmp_path_factory):
             return _redis_ping(port, PASSWORD) == "PONG"
 
         wait_for(answers, "redis-server to answer PING", timeout=20, interval=0.1, diagnose=proc.tail)
+        # the shell exec'd redis-server (so it gets docker stop's SIGTERM), and `ps` shows no password
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace")
+        assert "redis-server" in cmdline and PASSWORD not in cmdline, cmdline
         broker = urlsplit(environment(services["worker-init"])["BATON_BROKER_URL"])
         local = broker._replace(netloc=f":{broker.password}@127.0.0.1:{port}").geturl()
         yield Deployment(port, local, app_dir, logs)
@@ -662,7 +707,7 @@ def test_flower_command_requires_basic_auth(deployment, services):
     argv = [arg.replace("--port=5555", f"--port={port}") for arg in _command(flower["command"])]
     argv.append("--address=127.0.0.1")  # this machine only; in compose the port mapping decides
     env = _process_env(flower, deployment.broker_url, deployment.app_dir)
-    user_pass = next(arg.split("=", 1)[1] for arg in argv if arg.startswith("--basic-auth="))
+    user_pass = env["FLOWER_BASIC_AUTH"]
     base = f"http://127.0.0.1:{port}"
     proc = _start("flower", argv, env, deployment.app_dir, deployment.logs)
     try:
@@ -689,5 +734,7 @@ def test_flower_command_requires_basic_auth(deployment, services):
         assert status(user_pass) == 200
         assert status(user_pass, "/api/tasks") == 200
         assert user_pass == f"admin:{FLOWER_PASSWORD}"
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace")
+        assert "flower" in cmdline and FLOWER_PASSWORD not in cmdline, cmdline
     finally:
         proc.stop(grace=10)
