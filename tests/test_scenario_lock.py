@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.agent_run import assert_log_consistent, copy_example
-from tests.workers_harness import wait_for
+from tests.workers_harness import RedisServer, wait_for
 from workers.scenario_lock import Holder, ScenarioBusy, holder, lock_path, scenario_lock
 
 BATON = Path(sys.executable).parent / "baton"
@@ -112,3 +113,35 @@ def test_holder_is_none_once_the_holding_process_is_killed(tmp_path: Path) -> No
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def test_an_embedded_run_with_a_broker_also_excludes_the_workers(tmp_path: Path) -> None:
+    try:
+        server = RedisServer(tmp_path / "redis")
+    except FileNotFoundError:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    root = copy_example(tmp_path)
+    run = baton_argv(tmp_path, "run", "refund_desk", "--embedded", "--auto-approve", "--profile", "demo")
+    env = {**minimal_env(tmp_path), "BATON_BROKER_URL": server.url}
+    client = redis.Redis.from_url(server.url)
+    try:
+        # A worker in the middle of one of Init's steps holds this lock (workers.tasks.agent_lock).
+        worker_step = client.lock("baton:lock:refund_desk:init", timeout=60)
+        assert worker_step.acquire(blocking=False)
+        busy = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, check=False)
+        output = " ".join((busy.stdout + busy.stderr).split())
+        assert busy.returncode == 2 and "being run by workers" in output, output
+        # the turn's opening is written (by the command, before it runs anything), but no step
+        assert not (root / "state" / "init" / "events.jsonl").exists()
+        assert [line for line in (root / "state" / "init" / "log.jsonl").read_text().splitlines()
+                if '"kind":"opening"' not in line] == []
+        worker_step.release()
+
+        done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert not client.keys("baton:lock:*")  # every lock released at the end of the run
+    finally:
+        client.close()
+        server.stop()
+    for role in ("init", "execute"):
+        assert_log_consistent(root, role)

@@ -23,7 +23,7 @@ from workers.app import QUEUES, broker_url, mask_url
 from workers.errors import CliError, broker_help
 from workers.readmodel import SIMULATED
 from workers.render import Progress, say, summary
-from workers.scenario_lock import ScenarioBusy, scenario_lock
+from workers.scenario_lock import ScenarioBusy, scenario_lock, workers_excluded
 
 POLL_S = 1.0
 QUIET_HINT_S = 30.0  # in broker mode, say how to start workers after this long without progress
@@ -78,7 +78,7 @@ def run_here(root: Path, tasks: list[loop.Task], profile: str | None) -> bool:
     # Workers hold a Redis lock per agent; an embedded run holds the whole scenario, so two
     # shells running it at once cannot both write the same steps.
     try:
-        with scenario_lock(root), Progress(root, simulated) as progress:
+        with scenario_lock(root), workers_excluded(root), Progress(root, simulated) as progress:
             try:
                 run_embedded(tasks, team, on_task=progress.refresh)
             except KeyboardInterrupt:
@@ -90,6 +90,9 @@ def run_here(root: Path, tasks: list[loop.Task], profile: str | None) -> bool:
 
 def busy_error(busy: ScenarioBusy) -> CliError:
     name, holder = busy.root.name, busy.holder
+    if busy.by_workers:
+        return CliError(str(busy), f"follow it with `baton status {name}`, or stop the workers before running it "
+                                   "--embedded; two runners would write the same steps")
     stop = f"stop it (Ctrl-C in its terminal, or `kill {holder.pid}` on {holder.host})" if holder else "stop it"
     return CliError(str(busy), f"wait for it (`baton status {name}` shows its progress), or {stop} and then "
                                f"`baton resume {name}`; the lock frees itself when that process ends")

@@ -5,6 +5,7 @@ no broker, so it locks the scenario folder instead. The kernel frees a ``flock``
 process dies, even by SIGKILL, so a crashed run never leaves the scenario locked. The
 file records who holds it (pid, host, since when, command) so a second run can say so,
 and ``holder(root)`` lets ``baton status`` tell whether an embedded run is under way.
+With a broker configured, ``workers_excluded`` also takes the workers' own Redis locks.
 
 The file lives in ``state/``, which baton alone writes (the agents' tools refuse to), and
 is removed on release, so a finished run leaves the folder as it was.
@@ -19,10 +20,15 @@ import shlex
 import socket
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+import redis
+
+from scenarios.store import AGENTS
+from workers.app import broker_url
 
 LOCK_NAME = ".lock"
 
@@ -41,12 +47,17 @@ class Holder:
 
 
 class ScenarioBusy(RuntimeError):
-    """Another process runs this scenario; ``holder`` is None if it wrote no details yet."""
+    """Another process runs this scenario: an embedded run (``holder``, None if it wrote no
+    details yet) or, with ``by_workers``, a worker in the middle of one of its tasks."""
 
-    def __init__(self, root: Path, holder: Holder | None):
-        who = holder.describe() if holder else "another process (it has not said who yet)"
-        super().__init__(f"{root.name} is already running in {who}")
-        self.root, self.holder = root, holder
+    def __init__(self, root: Path, holder: Holder | None, by_workers: bool = False):
+        if by_workers:
+            message = f"{root.name} is being run by workers: one of them holds an agent of it right now"
+        else:
+            who = holder.describe() if holder else "another process (it has not said who yet)"
+            message = f"{root.name} is already running in {who}"
+        super().__init__(message)
+        self.root, self.holder, self.by_workers = root, holder, by_workers
 
 
 def lock_path(root: Path) -> Path:
@@ -133,3 +144,31 @@ def scenario_lock(root: Path, command: str | None = None) -> Iterator[Holder]:
         except FileNotFoundError:
             pass
         os.close(fd)  # closing the last descriptor releases the lock
+
+
+@contextmanager
+def workers_excluded(root: Path) -> Iterator[None]:
+    """With a broker configured, also hold the Redis locks the workers take (one per agent and
+    one for phase changes), so an ``--embedded`` run and workers never step the same agent at
+    once: a worker's task finds its agent busy and is retried until this run ends.
+
+    Raises ``ScenarioBusy`` if a worker is in the middle of a task of this scenario. A broker
+    that does not answer is passed over: an embedded run needs none."""
+    if broker_url() is None:
+        yield
+        return
+    # Imported here: the Celery app reads the broker URL when imported, and a plain embedded run needs no Celery.
+    from workers.tasks import LockBusy, agent_lock
+
+    locks = ExitStack()
+    try:
+        for agent in (*AGENTS, "phase"):
+            locks.enter_context(agent_lock(root.name, agent))
+    except LockBusy:
+        locks.close()
+        raise ScenarioBusy(Path(root), None, by_workers=True) from None
+    except (redis.exceptions.RedisError, ValueError):  # no answer, or a broker URL redis cannot read
+        locks.close()
+        locks = ExitStack()
+    with locks:
+        yield
