@@ -339,3 +339,27 @@ def test_ctrl_c_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr("workers.cli.status_overview", interrupted)
     assert invoke(tmp_path, "status").exit_code == 130
+
+
+def test_context_json_tells_estimated_from_measured(finished: tuple[Path, Result], tmp_path: Path) -> None:
+    root, _ = finished
+    png = tmp_path / "init.png"
+    result = invoke(root.parent, "context", "refund_desk", "--agent", "init", "--profile", "demo", "--json",
+                    "--png", str(png))
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    status = json.loads(invoke(root.parent, "status", "refund_desk", "--json").output)
+    # The last step's estimate is the number status shows; the timeline has every step, the compactions numbered.
+    assert data["last_step"]["estimated_input"] == status["agents"]["init"]["estimated_input"]
+    assert len(data["timeline"]) == status["agents"]["init"]["steps"] and data["last_step"]["measured_input"] > 0
+    assert [c["number"] for c in data["compactions"]] == list(range(1, status["agents"]["init"]["compactions"] + 1))
+    assert any(point["handoff"] for point in data["timeline"]) and png.stat().st_size > 10_000
+    assert set(data["next_request"]["layers"]) >= {"system_and_tools", "verbatim"}
+
+
+def test_piped_tables_do_not_wrap(finished: tuple[Path, Result]) -> None:
+    root, _ = finished
+    shown = runner.invoke(cli, ["--scenarios-dir", str(root.parent), "status"], env={name: None for name in UNSET}
+                          | {"COLUMNS": None})
+    rows = [line for line in shown.output.splitlines() if "refund_desk" in line]
+    assert len(rows) == 1 and "done" in rows[0] and "SIMULATED" in rows[0], shown.output

@@ -37,7 +37,7 @@ from workers import loop
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
-from workers.readmodel import read_agent, scenario_roots, status_json
+from workers.readmodel import context_json, read_agent, scenario_roots, status_json
 from workers.render import err, layers_table, out, say, status_overview, status_report
 from workers.timeline import plot_timeline
 
@@ -124,9 +124,10 @@ def options(
     columns = os.environ.get("COLUMNS", "")
     for console in (out, err):
         if not console.is_terminal:
-            # Piped or captured: rich's default of 80 columns squeezes the tables. Set on every call,
-            # since the consoles live as long as the process (tests invoke the CLI many times).
-            console.width = int(columns) if columns.isdigit() else 120
+            # Piped or captured: rich's default of 80 columns squeezes the tables, whose rows must stay one
+            # line each (render.new_table); 200 fits the widest (status). Set on every call, since the
+            # consoles live as long as the process (tests invoke the CLI many times).
+            console.width = int(columns) if columns.isdigit() else 200
 
 
 class CurrentStderr(logging.StreamHandler):
@@ -360,6 +361,7 @@ def context(
     agent: Annotated[Agent | None, typer.Option(help="whose context [default: the agent of the current phase]")] = None,
     png: Annotated[Path | None, typer.Option(help="timeline image [default: state/<agent>/context.png]")] = None,
     profile: Profile = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable: layers, timeline, compactions")] = False,
 ) -> None:
     """What the agent's next call would send, by layer, and a timeline of its context size."""
     root = loop.scenario_root(name)
@@ -369,13 +371,17 @@ def context(
         raise CliError(f"{role} has no log yet in {root}", f"start the scenario with `baton run {name}`")
     member = loop.Team(root, profile=profile)[role]
     assembled = member.assembler(disk, disk.history()).assemble(disk.compaction())
-    out.print(layers_table(role, assembled, member.config))
     view, threshold = read_agent(root, role), member.config.context.threshold
+    path = png or Layout(root).state(role) / "context.png"
+    plot_timeline(view, member.config.context, path)
+    if as_json:
+        typer.echo(json.dumps(context_json(root, role, assembled, member.config.context, view) | {"png": str(path)},
+                              indent=2))
+        return
+    out.print(layers_table(role, assembled, member.config, view))
     if view.threshold and view.threshold != threshold:
         say(Text(f"note: {role}'s last step ran with a threshold of {view.threshold:,}, these settings say "
                  f"{threshold:,}; pass the run's --profile (e.g. --profile demo) to see its layers", style="yellow"))
-    path = png or Layout(root).state(role) / "context.png"
-    plot_timeline(view, threshold, path)
     say(Text(f"timeline of {role}'s context: {path}"))
 
 

@@ -31,6 +31,26 @@ from workers.pinning import pins_of
 from workers.spend import read_spend
 
 SIMULATED = "simulated"  # the model label of the offline simulated model
+HANDOFF_TOOL = "SubmitHandoff"  # the tool that ends a turn (agents/tools/handoff.py)
+
+
+@dataclass
+class StepPoint:
+    """One step of the context timeline. ``estimated`` is baton's calibrated estimate of the request's input,
+    the number compaction decides on and ``status`` shows; ``measured`` is what the API's usage reported
+    for it (input + cache writes + cache reads; the simulated model's usage is itself an estimate)."""
+
+    step: int
+    iteration: int
+    estimated: int
+    measured: int | None
+    handoff: bool
+    at: str
+
+
+def measured_input(usage: dict[str, Any]) -> int | None:
+    parts = [usage.get(key) for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+    return sum(p for p in parts if isinstance(p, int)) if isinstance(parts[0], int) else None
 
 
 @dataclass
@@ -43,6 +63,8 @@ class AgentView:
     threshold: int | None = None
     model: str = ""
     points: list[tuple[int, int]] = field(default_factory=list)  # (step, estimated input)
+    timeline: list[StepPoint] = field(default_factory=list)
+    last_step_at: str | None = None  # when the last step's call ended (its event's time)
     compactions: list[CompactionRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -63,6 +85,9 @@ def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
             view.estimated, view.threshold = event.estimated_input, event.threshold
             view.model = event.model or view.model
             view.points.append((event.step, event.estimated_input))
+            view.timeline.append(StepPoint(event.step, event.iteration, event.estimated_input,
+                                           measured_input(event.usage), HANDOFF_TOOL in event.tools, event.at))
+            view.last_step_at = event.at
         elif isinstance(event, CompactionRecord):
             view.compactions.append(event)
         elif isinstance(event, WarningEvent):
@@ -119,6 +144,28 @@ def status_json(root: Path) -> dict[str, Any]:
     return {"scenario": root.name, "run": snap.record.model_dump(mode="json") if snap.record else None,
             "agents": agents, "models": {role: pin.model_dump(mode="json") for role, pin in snap.pins.items()},
             "spend": read_spend(root).model_dump(mode="json"), "scenario_toml_problem": toml_problem(root)}
+
+
+def context_json(root: Path, role: str, assembled: Any, policy: Any, view: AgentView) -> dict[str, Any]:
+    """``baton context --json``: the next request by layer, and the timeline behind the PNG.
+
+    Every size is in tokens. ``next_request.estimated_input`` is the calibrated estimate of the call the agent
+    would make now; ``last_step.estimated_input`` is the one its last call was decided on (what ``status``
+    shows); ``measured_input`` is the API's usage for a call (input + cache writes + cache reads)."""
+    last = view.timeline[-1] if view.timeline else None
+    return {
+        "scenario": root.name, "agent": role, "threshold": policy.threshold, "window": policy.window,
+        "next_request": {"layers": dict(assembled.layers), "raw_tokens": assembled.raw_tokens,
+                         "estimated_input": assembled.estimated_input,
+                         "steps": {"compressed": assembled.compressed_steps, "verbatim": assembled.verbatim_steps,
+                                   "trimmed": assembled.trimmed_steps}},
+        "last_step": None if last is None else {"step": last.step, "at": last.at, "threshold": view.threshold,
+                                                "estimated_input": last.estimated, "measured_input": last.measured},
+        "timeline": [{"step": p.step, "iteration": p.iteration, "estimated_input": p.estimated,
+                      "measured_input": p.measured, "handoff": p.handoff} for p in view.timeline],
+        "compactions": [{"number": c.id, "after_step": c.after_step, "tokens_before": c.tokens_before,
+                         "tokens_after": c.tokens_after, "fallback": c.fallback} for c in view.compactions],
+    }
 
 
 def toml_problem(root: Path) -> str | None:

@@ -31,6 +31,16 @@ def say(text: Text) -> None:
     out.print(text, soft_wrap=True)
 
 
+def new_table(*headers: str, **options: Any) -> Table:
+    """A table whose rows stay one line each when piped or captured (``grep``, ``awk``, logs): cells are cut
+    with an ellipsis rather than wrapped. On a terminal they wrap to fit the window, as rich does."""
+    piped = not out.is_terminal
+    grid = Table(**options)
+    for header in headers:
+        grid.add_column(header, no_wrap=piped, overflow="ellipsis")
+    return grid
+
+
 # ---- pieces --------------------------------------------------------------------------------
 
 
@@ -60,7 +70,7 @@ def rates(record: RunRecord | None) -> str:
 def simulated_banner() -> Panel:
     return Panel(Text("SIMULATED model: offline and deterministic, not Claude. "
                       "Set ANTHROPIC_API_KEY to run the real agents.", style="bold"),
-                 title="SIMULATED", border_style="bold magenta")
+                 title="SIMULATED", border_style="bold magenta", expand=False)
 
 
 def where(record: RunRecord | None) -> str:
@@ -82,11 +92,8 @@ def event_line(role: str, kind: str, entry: Any) -> Text:
 
 
 def agents_table(snap: Snapshot, detailed: bool = False) -> Table:
-    table = Table(title=None, expand=False)
-    for column in ("agent", "model", "steps", "context (last step vs threshold)", "compactions"):
-        table.add_column(column)
-    if detailed:
-        table.add_column("circuit breaker")
+    columns = ("agent", "model", "steps", "context (last step vs threshold)", "compactions")
+    table = new_table(*columns, *(("circuit breaker",) if detailed else ()))
     for view in snap.agents.values():
         model = model_cell(view, snap.pins.get(view.role))
         compactions = f"{len(view.compactions)}" + (f" ({view.fallbacks} fallback)" if view.fallbacks else "")
@@ -114,8 +121,8 @@ def _dollars(value: float | None) -> str:
 
 def spend_table(spend: RunSpend) -> Table:
     """Tokens by kind and their cost: per agent, its iterations and its compactions."""
-    table = Table("agent", "model", "input", "cache write", "cache read", "output", "cost", "saved by cache",
-                  title="what the run spent", title_justify="left")
+    table = new_table("agent", "model", "input", "cache write", "cache read", "output", "cost", "saved by cache",
+                      title="what the run spent", title_justify="left")
     for agent in spend.agents.values():
         rows = [(agent.role, agent.total), *((f"  iteration {n}", s) for n, s in agent.by_iteration.items()),
                 (f"  {len(agent.per_compaction)} compaction(s)", agent.compactions)]
@@ -144,7 +151,7 @@ def spend_note(spend: RunSpend) -> Text | None:
 
 
 def iterations_table(root: Path, record: RunRecord) -> Table:
-    table = Table("iteration", "success rate", "passed", "report")
+    table = new_table("iteration", "success rate", "passed", "report")
     for r in record.results:
         report = Layout(root).outputs(r.iteration) / "report.json"
         table.add_row(str(r.iteration), f"{r.success_rate:.0%} (target {record.target_success_rate:.0%})",
@@ -152,13 +159,19 @@ def iterations_table(root: Path, record: RunRecord) -> Table:
     return table
 
 
-def layers_table(role: str, assembled: Any, config: Any) -> Table:
+def layers_table(role: str, assembled: Any, config: Any, last: AgentView | None = None) -> Table:
     """``baton context``: the next request of an agent, by layer."""
-    table = Table("layer", "tokens", title=f"{role}: the next request")
+    table = new_table("layer", "tokens", title=f"{role}: the next request")
     for layer, tokens in assembled.layers.items():
         table.add_row(layer, f"{tokens:,}")
-    table.add_row(Text("raw total", style="bold"), f"{assembled.raw_tokens:,}")
-    table.add_row(Text("estimated input (calibrated)", style="bold"), f"{assembled.estimated_input:,}")
+    table.add_row(Text("raw total (cl100k count)", style="bold"), f"{assembled.raw_tokens:,}")
+    table.add_row(Text("estimated input of the next call (calibrated)", style="bold"), f"{assembled.estimated_input:,}")
+    if last is not None and last.timeline:
+        point = last.timeline[-1]
+        table.add_row(f"last step ({point.step}): estimated, as in status", f"{point.estimated:,}")
+        if point.measured is not None:
+            source = "simulated usage" if last.model == SIMULATED else "API usage"
+            table.add_row(f"last step ({point.step}): measured ({source})", f"{point.measured:,}")
     table.add_row("threshold / window", f"{config.context.threshold:,} / {config.context.window:,}")
     table.add_row("steps compressed / verbatim / trimmed",
                   f"{assembled.compressed_steps} / {assembled.verbatim_steps} / {assembled.trimmed_steps}")
@@ -206,8 +219,8 @@ def status_overview(folder: Path) -> None:
     if not roots:
         say(Text(f"no scenarios in {folder}; create one with `baton new NAME`"))
         return
-    table = Table("scenario", "phase", "iter", "status", "success rates", "init context", "execute context",
-                  "compactions init/execute", "notes")
+    table = new_table("scenario", "phase", "iter", "status", "success rates", "init context", "execute context",
+                      "compactions init/execute", "notes")
     for root in roots:
         table.add_row(*status_row(root))
     out.print(table)
