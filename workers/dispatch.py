@@ -100,8 +100,9 @@ def busy_error(busy: ScenarioBusy) -> CliError:
 
 def dispatch_to(url: str, tasks: list[loop.Task], profile: str | None) -> None:
     if profile is not None:
-        say(Text(f"note: --profile applies to embedded runs; start the workers with `baton worker ROLE --profile "
-                 f"{profile}` (or BATON_PROFILE={profile}), or set profile in scenario.toml"))
+        say(Text(f"note: the workers take the profile from run.json: `baton run --profile {profile}` records it there "
+                 "and they build the run's agents with it; approve, reject and resume keep the profile the run "
+                 "was started with"))
     # Imported here: the Celery app reads the broker URL when imported, and embedded runs need no Celery.
     from workers.tasks import dispatch
 
