@@ -363,3 +363,21 @@ def test_piped_tables_do_not_wrap(finished: tuple[Path, Result]) -> None:
                           | {"COLUMNS": None})
     rows = [line for line in shown.output.splitlines() if "refund_desk" in line]
     assert len(rows) == 1 and "done" in rows[0] and "SIMULATED" in rows[0], shown.output
+
+
+def test_status_tells_a_stalled_run_from_a_live_one(awaiting: Path, tmp_path: Path) -> None:
+    from workers.scenario_lock import scenario_lock
+
+    root = copy_of(awaiting, tmp_path)
+    record = run_json(root) | {"phase": "designing", "status": "running"}  # as a run left by a Ctrl-C
+    (root / "run.json").write_text(json.dumps(record))
+    stalled = invoke(tmp_path, "status", "refund_desk")
+    assert "activity: last step" in stalled.output and "s ago (init step" in stalled.output, stalled.output
+    assert "no broker is configured" in stalled.output and "baton resume refund_desk" in stalled.output
+    overview = invoke(tmp_path, "status").output
+    assert "last step" in overview and "nothing alive runs it" in overview
+    with scenario_lock(root, "baton run refund_desk"):
+        live = invoke(tmp_path, "status", "refund_desk", "--json")
+    activity = json.loads(live.output)["activity"]
+    assert activity["alive"] and activity["embedded_run"]["command"] == "baton run refund_desk"
+    assert activity["workers"] is None and activity["seconds_since_last_step"] >= 0

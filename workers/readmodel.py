@@ -9,6 +9,7 @@ Every command and view reads the disk through here, nowhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,13 @@ from agents.events import (
 from agents.settings_layers import load_scenario_config
 from scenarios.run import RunRecord, load_run
 from scenarios.store import AGENTS, Layout
+from workers.app import broker_url, mask_secrets
 from workers.pinning import pins_of
+from workers.scenario_lock import Holder, holder
 from workers.spend import read_spend
 
 SIMULATED = "simulated"  # the model label of the offline simulated model
+PING_TIMEOUT_S = 1.0  # how long `baton status` waits for workers to answer a ping
 HANDOFF_TOOL = "SubmitHandoff"  # the tool that ends a turn (agents/tools/handoff.py)
 
 
@@ -129,6 +133,70 @@ class Snapshot:
         return pins_of(self.record)
 
 
+@dataclass
+class Activity:
+    """Whether anything is moving a scenario on: when its last step ran and who is alive to run the next.
+
+    ``workers`` is None when no broker is configured (nothing to ask), else the names of the workers
+    that answered a ping (any scenario's workers: a ping does not say what a worker is doing);
+    ``broker_problem`` says why they could not be asked."""
+
+    last_step_at: str | None
+    last_step: str | None  # e.g. "execute step 12"
+    embedded: Holder | None
+    workers: list[str] | None
+    broker_problem: str | None = None
+
+    @property
+    def seconds_since_last_step(self) -> float | None:
+        if self.last_step_at is None:
+            return None
+        return (datetime.now(timezone.utc) - datetime.fromisoformat(self.last_step_at)).total_seconds()
+
+    @property
+    def alive(self) -> bool:
+        return self.embedded is not None or bool(self.workers)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"last_step_at": self.last_step_at, "last_step": self.last_step,
+                "seconds_since_last_step": self.seconds_since_last_step,
+                "embedded_run": None if self.embedded is None else self.embedded.__dict__,
+                "workers": self.workers, "broker_problem": self.broker_problem, "alive": self.alive}
+
+
+def read_activity(snap: Snapshot, workers: list[str] | None | str = "ask") -> Activity:
+    """``snap``'s activity; ``workers`` already asked (one ping serves every row of ``status``) or "ask"."""
+    latest: tuple[str, str] | None = None
+    for view in snap.agents.values():
+        marks = [(p.at, f"{view.role} step {p.step}") for p in view.timeline[-1:]]
+        marks += [(c.at, f"{view.role} compaction #{c.id}") for c in view.compactions[-1:]]
+        for at, what in marks:
+            if latest is None or parse_time(at) > parse_time(latest[0]):
+                latest = (at, what)
+    problem = None
+    if workers == "ask":
+        workers, problem = ping_workers()
+    return Activity(latest[0] if latest else None, latest[1] if latest else None, holder(snap.root),
+                    workers if not isinstance(workers, str) else None, problem)
+
+
+def parse_time(at: str) -> datetime:
+    return datetime.fromisoformat(at)
+
+
+def ping_workers() -> tuple[list[str] | None, str | None]:
+    """The workers answering a ping (None without a broker), and why they could not be asked."""
+    if broker_url() is None:
+        return None, None
+    from workers.app import app  # Celery: only when a broker is configured
+
+    try:
+        replies = app.control.inspect(timeout=PING_TIMEOUT_S).ping() or {}
+    except Exception as exc:  # noqa: BLE001 - any broker failure means "could not ask", never a failed status
+        return [], mask_secrets(f"{exc.__class__.__name__}: {exc}")
+    return sorted(replies), None
+
+
 def scenario_roots(folder: Path) -> list[Path]:
     """The scenario folders in ``folder``: those with a scenario.toml."""
     return sorted(p for p in folder.glob("*") if (p / "scenario.toml").is_file()) if folder.is_dir() else []
@@ -143,7 +211,8 @@ def status_json(root: Path) -> dict[str, Any]:
                      "problems": view.problems} for role, view in snap.agents.items()}
     return {"scenario": root.name, "run": snap.record.model_dump(mode="json") if snap.record else None,
             "agents": agents, "models": {role: pin.model_dump(mode="json") for role, pin in snap.pins.items()},
-            "spend": read_spend(root).model_dump(mode="json"), "scenario_toml_problem": toml_problem(root)}
+            "spend": read_spend(root).model_dump(mode="json"), "scenario_toml_problem": toml_problem(root),
+            "activity": read_activity(snap).as_json()}
 
 
 def context_json(root: Path, role: str, assembled: Any, policy: Any, view: AgentView) -> dict[str, Any]:

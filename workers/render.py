@@ -16,9 +16,18 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.catalogue import PinnedModel
-from scenarios.run import RunRecord
+from scenarios.run import RunRecord, load_run
 from scenarios.store import Layout, StoreError
-from workers.readmodel import SIMULATED, AgentView, Snapshot, scenario_roots, toml_problem
+from workers.readmodel import (
+    SIMULATED,
+    Activity,
+    AgentView,
+    Snapshot,
+    ping_workers,
+    read_activity,
+    scenario_roots,
+    toml_problem,
+)
 from workers.spend import RunSpend, read_spend
 
 ACTORS = {"designing": " (Init)", "executing": " (Execute)", "awaiting_approval": " (your turn)"}
@@ -86,6 +95,42 @@ def event_line(role: str, kind: str, entry: Any) -> Text:
                     f"~{entry.tokens_before:,} -> ~{entry.tokens_after:,} tokens{fallback}")
     style = "yellow" if kind == "warning" else "red"
     return Text.assemble((f"  {role} {kind}: ", style), str(entry))
+
+
+def ago(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(0, round(seconds))} s ago"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min ago"
+    if seconds < 36 * 3600:
+        return f"{round(seconds / 3600)} h ago"
+    return f"{round(seconds / 86400)} days ago"
+
+
+def moving(record: RunRecord | None) -> bool:
+    """A phase in which agents should be stepping: ``running`` on disk, whether or not anything runs it."""
+    return record is not None and not record.finished and record.phase in ("designing", "executing")
+
+
+def activity_line(activity: Activity, name: str) -> Text:
+    """Whether a ``running`` scenario is really moving: its last step's age and what is alive to continue it."""
+    since = activity.seconds_since_last_step
+    last = f"last step {ago(since)} ({activity.last_step})" if since is not None else "no step yet"
+    if activity.embedded is not None:
+        alive = f"an embedded run holds it: {activity.embedded.describe()}"
+    elif activity.workers:
+        alive = f"workers answering: {', '.join(activity.workers)}"
+    elif activity.workers is None:
+        alive = "no embedded run holds it, and no broker is configured to ask for workers"
+    elif activity.broker_problem:
+        alive = f"no embedded run holds it, and the broker could not be asked ({activity.broker_problem})"
+    else:
+        alive = "no embedded run holds it, and no worker answers"
+    line = Text.assemble(("activity: ", "bold"), f"{last}; {alive}")
+    if not activity.alive:
+        line.append(f"; nothing moves it on: continue with `baton resume {name}` (or start the workers)",
+                    style="yellow")
+    return line
 
 
 # ---- tables --------------------------------------------------------------------------------
@@ -194,6 +239,8 @@ def status_report(root: Path) -> None:
                  f"auto-approve {'on' if record.auto_approve else 'off'}, updated {record.updated_at}"))
         if record.last_error:
             say(Text.assemble(("last error: ", "bold red"), record.last_error))
+        if moving(record):
+            say(activity_line(read_activity(snap), name))
         if record.results:
             out.print(iterations_table(root, record))
     out.print(agents_table(snap, detailed=True))
@@ -221,12 +268,23 @@ def status_overview(folder: Path) -> None:
         return
     table = new_table("scenario", "phase", "iter", "status", "success rates", "init context", "execute context",
                       "compactions init/execute", "notes")
+    workers: list[str] | None = None
+    asked = False
     for root in roots:
-        table.add_row(*status_row(root))
+        if not asked and moving(safe_record(root)):
+            workers, asked = ping_workers()[0], True  # one ping answers for every row
+        table.add_row(*status_row(root, workers))
     out.print(table)
 
 
-def status_row(root: Path) -> list[Any]:
+def safe_record(root: Path) -> RunRecord | None:
+    try:
+        return load_run(root)
+    except StoreError:  # status_row reports it
+        return None
+
+
+def status_row(root: Path, workers: list[str] | None = None) -> list[Any]:
     try:
         snap = Snapshot.read(root)
     except StoreError:  # one broken folder must not hide the others
@@ -238,6 +296,12 @@ def status_row(root: Path) -> list[Any]:
     notes += [f"{len(a.warnings)} warning(s) ({a.role})" for a in agents.values() if a.warnings]
     if toml_problem(root):
         notes.append("invalid scenario.toml")
+    if moving(record):
+        activity = read_activity(snap, workers)
+        since = activity.seconds_since_last_step
+        notes.insert(0, f"last step {ago(since)}" if since is not None else "no step yet")
+        if not activity.alive:
+            notes.insert(1, "nothing alive runs it")
     if snap.simulated:
         notes.insert(0, "SIMULATED")
     return [
