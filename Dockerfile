@@ -24,6 +24,7 @@ COPY context ./context
 COPY agents ./agents
 COPY scenarios ./scenarios
 COPY workers ./workers
+COPY baton ./baton
 COPY prompts ./prompts
 # agents.prompts reads <site-packages>/prompts, which the wheel does not carry
 # (prompts/ is not a package): copy it there and check that every prompt loads.
