@@ -25,12 +25,10 @@ COPY agents ./agents
 COPY scenarios ./scenarios
 COPY workers ./workers
 COPY baton ./baton
-COPY prompts ./prompts
-# agents.prompts reads <site-packages>/prompts, which the wheel does not carry
-# (prompts/ is not a package): copy it there and check that every prompt loads.
-# `python -P` keeps /src off sys.path, so `agents` is the installed package.
+# The wheel carries the role prompts and the example scenario (pyproject.toml package-data): check
+# that every prompt loads from the installed package. `python -P` keeps /src off sys.path, so
+# `agents` is the installed package.
 RUN pip install . \
- && python -P -c "import shutil, agents.prompts as p; shutil.copytree('prompts', p.PROMPTS_DIR, dirs_exist_ok=True)" \
  && python -P -c "from agents.prompts import prompt; [prompt(r, k) for r in ('init', 'execute') for k in ('system', 'compact')]" \
  && rm -rf /src
 

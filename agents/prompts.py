@@ -1,11 +1,14 @@
-"""The Markdown prompts of each role (``prompts/<role>/system.md`` and ``compact.md``)."""
+"""The Markdown prompts of each role (``agents/role_prompts/<role>/system.md`` and ``compact.md``).
+
+They are package data (pyproject.toml), read through importlib.resources so an installed
+baton finds them wherever it lives."""
 
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
+from importlib.resources import files
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+PROMPTS_DIR = files("agents") / "role_prompts"
 
 
 @cache
@@ -17,6 +20,6 @@ def prompt(role: str, kind: str) -> str:
         return path.read_text(encoding="utf-8").strip() + "\n"
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"prompt {path} is missing; baton needs prompts/<role>/system.md and compact.md "
-            "for roles init and execute (reinstall or restore the prompts folder)"
+            f"prompt {path} is missing; baton needs agents/role_prompts/<role>/system.md and compact.md "
+            "for roles init and execute (reinstall baton, or restore the folder in a checkout)"
         ) from None

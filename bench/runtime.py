@@ -63,8 +63,8 @@ COMPACTION_PRIORITY = 0
 
 # What the workers run (scenario folders' own run outputs excluded: another session may run one).
 CODE_FILES = (("workers", "**/*.py"), ("agents", "**/*.py"), ("context", "**/*.py"), ("scenarios", "*.py"),
-              ("prompts", "**/*.md"))
-CODE_DIRS = tuple(d for d, _ in CODE_FILES)
+              ("agents", "role_prompts/**/*.md"))
+CODE_DIRS = tuple(dict.fromkeys(d for d, _ in CODE_FILES))
 TASK_DONE = re.compile(r"Task baton\.\w+\[[^\]]+\] succeeded in ([0-9.eE+-]+)s")
 TASK_RETRY = re.compile(r"Task baton\.\w+\[[^\]]+\] retry:")
 

@@ -79,6 +79,29 @@ def copy_scenario(source: Path, target: Path) -> Path:
     return target
 
 
+# The example scenarios ship inside this package (pyproject.toml package-data), so an installed
+# baton finds them whatever the current folder; in a checkout this is ./scenarios itself.
+EXAMPLES_DIR = Path(__file__).resolve().parent
+
+
+def shipped_example(name: str) -> Path | None:
+    """The folder of an example scenario that ships with baton (``refund_desk``), or None."""
+    folder = EXAMPLES_DIR / name
+    return folder if not name.startswith(("_", ".")) and (folder / "scenario.toml").is_file() else None
+
+
+def add_shipped_example(scenarios_dir: Path, name: str) -> Path | None:
+    """Copy the shipped example ``name`` into ``scenarios_dir`` when that folder lacks it, so
+    ``baton run refund_desk`` works from any folder. Returns the new folder, or None when
+    nothing was copied (the scenario exists already, or no example has that name)."""
+    target = Path(scenarios_dir) / name
+    source = shipped_example(name)
+    if source is None or target.exists() or target.resolve() == source:
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return copy_scenario(source, target)
+
+
 def archive_run(root: Path) -> Path | None:
     """Move a finished run's outputs to ``runs/<started_at>/`` so a new run starts clean
     and nothing of the old one is lost. Returns the archive folder."""

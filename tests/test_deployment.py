@@ -524,15 +524,14 @@ def test_dockerfile_builds_a_non_root_image_of_the_project():
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert instructions[-1] == ["CMD", '["baton", "--help"]']
     assert re.search(r"pip install \.(\s|$)", text)
-    # every package the wheel is built from (and the prompts it reads) is copied in and
-    # let through the .dockerignore allowlist
-    # the top-level packages the wheel is built from (found with their subpackages)
+    # every top-level package the wheel is built from (found with their subpackages; the prompts
+    # and the example are package data inside them) is copied in and let through the .dockerignore allowlist
     found = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     packages = sorted({pattern.rstrip("*").split(".")[0] for pattern in found["include"]})
     copied = {arg.split()[0] for op, arg in instructions if op == "COPY"}
     ignore = DOCKERIGNORE.read_text().splitlines()
     assert ignore[[line.strip() for line in ignore].index("*")] == "*", ".dockerignore must be an allowlist"
-    for folder in [*packages, "prompts"]:
+    for folder in packages:
         assert folder in copied, f"the Dockerfile does not copy {folder}/"
         assert f"!{folder}/" in ignore or f"!{folder}/*.py" in ignore, f".dockerignore drops {folder}/"
 

@@ -31,7 +31,7 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from agents.disk import AgentDisk
-from scenarios.run import RunRecord, copy_scenario, load_run
+from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
 from scenarios.store import AGENTS, Layout, check_name, write_atomic
 from workers import loop
 from workers.app import QUEUES, broker_url
@@ -234,6 +234,8 @@ def new(
 def source_folder(source: str) -> Path:
     folder = Path(source) if Path(source).is_dir() else loop.scenarios_dir() / check_name(source)
     if not (folder / "brief.md").is_file():
+        folder = shipped_example(source) or folder  # `--from refund_desk` from any folder
+    if not (folder / "brief.md").is_file():
         raise CliError(f"no brief.md in {folder}",
                        "give the name or folder of an existing scenario, e.g. --from refund_desk")
     return folder
@@ -304,6 +306,9 @@ def run(
     follow: Follow = True,
 ) -> None:
     """Launch (or continue) the iterations and follow progress."""
+    copied = add_shipped_example(loop.scenarios_dir(), check_name(name))  # the example, from any folder
+    if copied is not None:
+        say(Text(f"copied the example {name} that ships with baton to {copied}/"))
     advance(name, lambda root: start_run(root, auto_approve, profile), profile, embedded, follow)
 
 

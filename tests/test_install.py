@@ -1,0 +1,121 @@
+"""baton installed from its wheel (not a checkout) finds its prompts and the example scenario.
+
+The fast tests check that every file the runtime reads from its packages is declared package
+data and let into the Docker build; the slow one builds the wheel, installs it into a fresh venv
+and runs the example from an empty folder."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agents.prompts import PROMPTS_DIR, prompt
+from scenarios.run import EXAMPLES_DIR, add_shipped_example, shipped_example
+from workers.cli import cli
+
+REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+# What a run reads from the packages besides Python modules: the role prompts and the example's definition.
+DATA_FILES = {
+    "agents": [f"role_prompts/{role}/{kind}.md" for role in ("init", "execute") for kind in ("system", "compact")],
+    "scenarios": ["refund_desk/brief.md", "refund_desk/scenario.toml", "_simulations/refund_desk.py"],
+}
+# Offline, embedded, simulated: nothing from the caller's environment may make the run distributed or paid.
+UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "BATON_PROFILE",
+         "BATON_SCENARIOS_DIR", "PYTHONPATH")
+
+
+def test_every_data_file_a_run_reads_is_package_data():
+    declared = PYPROJECT["tool"]["setuptools"]["package-data"]
+    for package, paths in DATA_FILES.items():
+        for path in paths:
+            assert (REPO / package / path).is_file(), path
+            assert any(fnmatch.fnmatch(path, glob) for glob in declared[package]), f"{package}/{path} not in the wheel"
+
+
+def test_the_docker_build_context_lets_the_example_in():
+    allowed = (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    for path in DATA_FILES["scenarios"][:2]:
+        assert f"!scenarios/{path}" in allowed, f".dockerignore drops scenarios/{path}"
+
+
+def test_prompts_load_from_the_package():
+    assert PROMPTS_DIR.joinpath("init", "system.md").is_file()
+    assert prompt("execute", "compact").endswith("\n") and prompt("init", "system").strip()
+
+
+def test_the_shipped_example_is_found_and_copied_without_run_outputs(tmp_path):
+    assert shipped_example("refund_desk") == EXAMPLES_DIR / "refund_desk"
+    assert shipped_example("_simulations") is None and shipped_example("no_such_example") is None
+    copied = add_shipped_example(tmp_path / "scenarios", "refund_desk")
+    assert copied == tmp_path / "scenarios" / "refund_desk"
+    assert sorted(p.name for p in copied.iterdir()) == ["brief.md", "scenario.toml"]
+    assert add_shipped_example(tmp_path / "scenarios", "refund_desk") is None  # never over the user's copy
+    assert add_shipped_example(EXAMPLES_DIR, "refund_desk") is None  # in a checkout it is already there
+
+
+def test_new_from_the_example_works_from_a_folder_without_it(tmp_path):
+    environment: dict[str, str | None] = {name: None for name in UNSET} | {"COLUMNS": "200"}
+    result = CliRunner().invoke(cli, ["--scenarios-dir", str(tmp_path), "new", "mine", "--from", "refund_desk"],
+                                env=environment)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "mine" / "brief.md").read_text() == (EXAMPLES_DIR / "refund_desk" / "brief.md").read_text()
+
+
+def _source_tree(target: Path) -> Path:
+    """The files the wheel is built from, copied out of the checkout: building in place would write
+    build/ and *.egg-info into a tree others are editing, and run outputs must not leak in."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "run.json", "design", "handoffs", "execution_outputs",
+                                    "state", "runs")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (REPO / name).exists():
+            shutil.copy2(REPO / name, target / name)
+    for package in ("context", "agents", "scenarios", "workers"):
+        shutil.copytree(REPO / package, target / package, ignore=ignore)
+    return target
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(map(str, argv))} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_in_a_fresh_venv_runs_the_example_from_an_empty_folder(tmp_path):
+    env = {key: value for key, value in os.environ.items() if key not in UNSET}
+    (tmp_path / "src").mkdir()
+    source = _source_tree(tmp_path / "src")
+    wheels = tmp_path / "wheels"
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)], tmp_path, env)
+    (wheel,) = wheels.glob("baton-*.whl")
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
+    # The dependencies come from pip's configured indexes and cache, as for any user.
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], tmp_path, env)
+    baton = str(venv / "bin" / "baton")
+
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    _run([baton, "new", "x"], empty, env)
+    _run([baton, "run", "x", "--auto-approve", "--profile", "demo"], empty, env)
+    record = json.loads((empty / "scenarios" / "x" / "run.json").read_text(encoding="utf-8"))
+    assert (record["phase"], record["status"]) == ("done", "succeeded"), record
+
+    # The example itself, from a folder that lacks it: `new --from` and `run` find the shipped copy.
+    _run([baton, "new", "y", "--from", "refund_desk"], empty, env)
+    example_brief = (EXAMPLES_DIR / "refund_desk" / "brief.md").read_text()
+    assert (empty / "scenarios" / "y" / "brief.md").read_text() == example_brief
+    done = _run([baton, "run", "refund_desk", "--auto-approve", "--profile", "demo"], empty, env)
+    assert "copied the example refund_desk" in done.stdout
+    record = json.loads((empty / "scenarios" / "refund_desk" / "run.json").read_text(encoding="utf-8"))
+    assert record["phase"] == "done", record
