@@ -171,7 +171,7 @@ def read_activity(snap: Snapshot, workers: list[str] | None | str = "ask") -> Ac
         marks = [(p.at, f"{view.role} step {p.step}") for p in view.timeline[-1:]]
         marks += [(c.at, f"{view.role} compaction #{c.id}") for c in view.compactions[-1:]]
         for at, what in marks:
-            if latest is None or parse_time(at) > parse_time(latest[0]):
+            if parse_time(at) is not None and (latest is None or parse_time(at) > parse_time(latest[0])):
                 latest = (at, what)
     problem = None
     if workers == "ask":
@@ -180,8 +180,12 @@ def read_activity(snap: Snapshot, workers: list[str] | None | str = "ask") -> Ac
                     workers if not isinstance(workers, str) else None, problem)
 
 
-def parse_time(at: str) -> datetime:
-    return datetime.fromisoformat(at)
+def parse_time(at: str) -> datetime | None:
+    """An event's time; None when it has none or an unreadable one (a hand-edited or foreign line)."""
+    try:
+        return datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        return None
 
 
 def ping_workers() -> tuple[list[str] | None, str | None]:
