@@ -125,7 +125,7 @@ def activity_line(activity: Activity, name: str) -> Text:
     elif activity.broker_problem:
         alive = f"no embedded run holds it, and the broker could not be asked ({activity.broker_problem})"
     else:
-        alive = "no embedded run holds it, and no worker answers"
+        alive = "no embedded run holds it, and no worker answers (one in a --pool solo task cannot)"
     line = Text.assemble(("activity: ", "bold"), f"{last}; {alive}")
     if not activity.alive:
         line.append(f"; nothing moves it on: continue with `baton resume {name}` (or start the workers)",
@@ -137,7 +137,7 @@ def activity_line(activity: Activity, name: str) -> Text:
 
 
 def agents_table(snap: Snapshot, detailed: bool = False) -> Table:
-    columns = ("agent", "model", "steps", "context (last step vs threshold)", "compactions")
+    columns = ("agent", "model", "steps", "context (last step, estimated, vs threshold)", "compactions")
     table = new_table(*columns, *(("circuit breaker",) if detailed else ()))
     for view in snap.agents.values():
         model = model_cell(view, snap.pins.get(view.role))

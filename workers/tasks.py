@@ -4,6 +4,10 @@ Each task runs one unit of ``workers.loop`` under a per-agent Redis lock, then
 enqueues what comes next; no task waits on another task's result. Arguments
 are ids only (scenario, agent, step number). A duplicate or re-delivered task
 finds its work done by step number and does nothing twice.
+
+For monitoring (Flower, docs/deployment.md): each task is sent under a readable
+``shadow`` name (``baton.step refund_desk/init iteration 1 step 4``), and a step
+reports its progress when it starts, before its model call, as well as after.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import redis
 import redis.lock
 from celery import Task as CeleryTask
 
+from agents.events import StepEvent, read_events
 from scenarios.run import load_run
+from scenarios.store import Layout, StoreError
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
 from workers.spend import call_cost
@@ -83,17 +89,64 @@ def agent_lock(scenario: str, agent: str):
             log.warning("lock for %s expired before release", name)
 
 
+def iteration_of(scenario: str) -> int | None:
+    try:
+        record = load_run(scenario_root(scenario))
+    except (StoreError, ValueError, OSError):  # a name only: the task itself reports a broken scenario
+        return None
+    return record.iteration if record else None
+
+
+def shadow_name(task: Task, iteration: int | None) -> str:
+    """The name workers' logs and Flower show for ``task``: its kind, then scenario, agent, iteration and step.
+    It starts with the task's registered name, so ``baton.step`` still finds every step."""
+    within = f" iteration {iteration}" if iteration is not None else ""
+    if task.kind == "step":
+        return f"baton.step {task.scenario}/{task.agent}{within} step {task.number}"
+    if task.kind == "compaction":
+        return f"baton.compaction {task.scenario}/{task.agent}{within} after step {task.number}"
+    return f"baton.phase {task.scenario}{within}"
+
+
 def dispatch(tasks: list[Task]) -> None:
+    iterations: dict[str, int | None] = {}
     for task in tasks:
+        if task.scenario not in iterations:
+            iterations[task.scenario] = iteration_of(task.scenario)
+        shadow = shadow_name(task, iterations[task.scenario])
         if task.kind == "step":
-            app.send_task(
-                "baton.step", args=[task.scenario, task.agent, task.number], queue=task.agent, priority=STEP_PRIORITY
-            )
+            app.send_task("baton.step", args=[task.scenario, task.agent, task.number], queue=task.agent,
+                          priority=STEP_PRIORITY, shadow=shadow)
         elif task.kind == "compaction":
             app.send_task("baton.compaction", args=[task.scenario, task.agent, task.number], queue="compaction",
-                          priority=COMPACTION_PRIORITY)
+                          priority=COMPACTION_PRIORITY, shadow=shadow)
         else:
-            app.send_task("baton.phase", args=[task.scenario], queue="compaction", priority=COMPACTION_PRIORITY)
+            app.send_task("baton.phase", args=[task.scenario], queue="compaction", priority=COMPACTION_PRIORITY,
+                          shadow=shadow)
+
+
+def retry(task: CeleryTask, exc: LockBusy, what: Task) -> Exception:
+    """Try again in a second; the copy keeps its readable name (a retry would otherwise drop the shadow)."""
+    return task.retry(exc=exc, countdown=1, shadow=shadow_name(what, iteration_of(what.scenario)))
+
+
+def report_start(task: CeleryTask, root: Path, scenario: str, agent: str, step: int) -> None:
+    """Before the model call: the agent's context at its last step against its threshold, as the task's state
+    (``PROGRESS`` in the result backend) and as a ``task-progress`` event. Flower merges the event's fields
+    into the task, so its ``result`` column shows this line until the step's own result replaces it."""
+    events, _ = read_events(Layout(root).events(agent))
+    last = next((e for e in reversed(events) if isinstance(e, StepEvent)), None)
+    if last is None:
+        context = "none yet"
+    else:
+        context = f"{last.estimated_input:,}/{last.threshold:,} tokens ({last.estimated_input / last.threshold:.0%})"
+    # Context first: Flower cuts a long result cell, and the task's name already says whose step it is.
+    line = f"context {context} at the last step; step {step} is calling the model"
+    meta = {"scenario": scenario, "agent": agent, "iteration": iteration_of(scenario), "step": step,
+            "status": "running", "tokens": last.estimated_input if last else None,
+            "threshold": last.threshold if last else None}
+    task.update_state(state="PROGRESS", meta=meta | {"line": line})
+    task.send_event("task-progress", **meta, result=line)
 
 
 @app.task(name="baton.step", bind=True, max_retries=None)
@@ -101,9 +154,10 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
     root = scenario_root(scenario)
     try:
         with agent_lock(scenario, agent):
+            report_start(self, root, scenario, agent, step)
             outcome, following = do_step(root, _team(root), agent, step)
     except LockBusy as exc:
-        raise self.retry(exc=exc, countdown=1) from None
+        raise retry(self, exc, Task(kind="step", scenario=scenario, agent=agent, number=step)) from None
     model_id = _team(root)[agent].config.model.name
     self.send_event(
         "task-progress",
@@ -131,7 +185,7 @@ def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int
         with agent_lock(scenario, agent):
             outcome, following = do_compaction(root, _team(root), agent, after_step)
     except LockBusy as exc:
-        raise self.retry(exc=exc, countdown=1) from None
+        raise retry(self, exc, Task(kind="compaction", scenario=scenario, agent=agent, number=after_step)) from None
     model_id = _team(root)[agent].config.model.name
     self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step,
                     status=outcome.status, fallback=outcome.fallback, usage=outcome.usage,
@@ -147,6 +201,6 @@ def phase_task(self: CeleryTask, scenario: str) -> dict:
         with agent_lock(scenario, "phase"):
             following = do_phase(root)
     except LockBusy as exc:
-        raise self.retry(exc=exc, countdown=1) from None
+        raise retry(self, exc, Task(kind="phase", scenario=scenario)) from None
     dispatch(following)
     return {"scenario": scenario, "next": [t.model_dump() for t in following]}
