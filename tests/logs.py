@@ -10,12 +10,16 @@ from hypothesis import strategies as st
 
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, parse_message
 
+# The full recorded runs live beside the repository (not in it); a few short runs cut from them
+# ship with the tests so a fresh clone covers real logs too (tests/fixtures/trajectories/README.md).
 TRAJECTORIES = Path(__file__).resolve().parents[2] / "shared" / "trajectories"
+FIXTURE_TRAJECTORIES = Path(__file__).resolve().parent / "fixtures" / "trajectories"
+NO_SHARED_TRAJECTORIES = f"the full trajectories are not at {TRAJECTORIES} (a checkout without ../shared)"
 TOOLS = ["Read", "Bash", "Grep", "LS", "Edit", "Write", "TodoWrite", "lookup"]
 
 
-def load_trajectories(name: str) -> list[dict]:
-    with gzip.open(TRAJECTORIES / f"{name}.jsonl.gz", "rt", encoding="utf-8") as fh:
+def load_trajectories(name: str, folder: Path = TRAJECTORIES) -> list[dict]:
+    with gzip.open(folder / f"{name}.jsonl.gz", "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 

@@ -1,5 +1,8 @@
-"""Every shared trajectory, replayed through assembly at every step with the
-thresholds scaled down so compaction happens, yields only valid requests."""
+"""Recorded trajectories replayed through assembly at every step, with the thresholds scaled
+down so compaction happens, yield only valid requests: the short runs cut into tests/fixtures
+always, every full run where ../shared/trajectories is present."""
+
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +12,13 @@ from context.history import History
 from context.policy import Policy
 from context.protocol import repair, validate
 from context.summary_schemas import ExecuteSummary
-from tests.logs import load_trajectories, trajectory_messages
+from tests.logs import (
+    FIXTURE_TRAJECTORIES,
+    NO_SHARED_TRAJECTORIES,
+    TRAJECTORIES,
+    load_trajectories,
+    trajectory_messages,
+)
 
 # Scaled far down (the runs hold 3k-170k tokens) so that even tau-bench runs compact.
 SCALED = {
@@ -21,11 +30,10 @@ SCALED = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SCALED))
-def test_every_step_of_every_run_assembles_valid_requests(name):
-    runs = load_trajectories(name)
+def replay(name: str, folder: Path) -> tuple[int, int]:
+    """Every request of every run of ``name`` assembled and validated; returns (requests, compactions)."""
     compactions = requests = 0
-    for run in runs:
+    for run in load_trajectories(name, folder):
         history = History()
         assembler = Assembler(history, SCALED[name], agent="execute", static=StaticPrefix(system=run["system"]))
         event, breaker = None, CircuitBreaker()
@@ -48,4 +56,17 @@ def test_every_step_of_every_run_assembles_valid_requests(name):
                 requests += 1
             history.append(msg)
         validate(repair(history.view))
+    return requests, compactions
+
+
+@pytest.mark.parametrize("name", sorted(SCALED))
+def test_every_step_of_the_fixture_runs_assembles_valid_requests(name):
+    requests, compactions = replay(name, FIXTURE_TRAJECTORIES)
+    assert requests > 20 and compactions > 0
+
+
+@pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason=NO_SHARED_TRAJECTORIES)
+@pytest.mark.parametrize("name", sorted(SCALED))
+def test_every_step_of_every_run_assembles_valid_requests(name):
+    requests, compactions = replay(name, TRAJECTORIES)
     assert requests > 100 and compactions > 0
