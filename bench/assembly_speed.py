@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, DEFAULT_DOC, iter_runs, md_table, write_section  # noqa: E402
+from common import DEFAULT_DATA, DEFAULT_DOC, iter_runs, md_table, require_data, write_section  # noqa: E402
 
 from context.assembly import Assembler, StaticPrefix  # noqa: E402
 from context.history import History  # noqa: E402
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     started = time.perf_counter()
 
-    runs = list(iter_runs(args.data / "claude-code.jsonl.gz"))
+    runs = list(iter_runs(require_data(args.data) / "claude-code.jsonl.gz"))
     static = StaticPrefix(system="You are the Execute agent of baton. " * 200)  # a ~1.4k-token system prompt
     pol = Policy()
     results = []

@@ -30,6 +30,18 @@ def dataset_name(path: Path) -> str:
     return path.stem
 
 
+def require_data(path: Path) -> Path:
+    """``path`` when it exists; otherwise stop with what to pass. The recorded trajectories live beside
+    the repository, not in it, so a fresh clone has none at the default place."""
+    if not Path(path).exists():
+        raise SystemExit(
+            f"trajectory data not found at {path}. Pass --data DIR: a folder of *.jsonl.gz recorded runs "
+            "(the shared set is ../shared/trajectories beside the repository; a small cut in the same format "
+            "is tests/fixtures/trajectories, enough to try a script but not to reproduce docs/benchmarks.md)"
+        )
+    return Path(path)
+
+
 def trajectory_files(data_dir: Path) -> list[Path]:
     return sorted(Path(data_dir).glob("*.jsonl.gz"))
 

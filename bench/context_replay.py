@@ -1,7 +1,9 @@
 """Replay recorded agent trajectories under several context policies and price them.
 
-    python bench/context_replay.py [--data DIR] [--out docs/benchmarks.md]
+    python bench/context_replay.py [--data DIR] [--out docs/benchmarks.md | --charts DIR]
                                    [--batch B] [--start S] [--sweep] [--jobs N]
+
+It prints its tables; it writes docs/benchmarks.md and docs/img/*.png only when asked (--out).
 
 Every recorded assistant message is one model call; its context is everything
 before it in the (repaired) log. For each call and each policy we build the
@@ -52,10 +54,10 @@ from typing import Any, Iterable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     DEFAULT_DATA,
-    DEFAULT_DOC,
     dataset_name,
     iter_runs,
     md_table,
+    require_data,
     trajectory_files,
     write_section,
 )
@@ -88,6 +90,7 @@ LOOKBACK_BLOCKS = 20
 SCALE = 10
 WINDOW = 1_000_000 // SCALE
 THRESHOLD = 700_000 // SCALE
+CLAUDE_PER_CL100K = 1.19  # Claude's count of a span over its cl100k count (../shared/trajectories/README.md)
 KEEP_STEPS = 5
 MASK_KEEP = 5
 CLEAR_TRIGGER = 100_000 // SCALE
@@ -782,23 +785,32 @@ def chart(dataset: str, run: dict[str, Any], order: list[tuple[str, str]], defau
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 5.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(12.5, 5.5), dpi=110)
+    # Policies whose requests are the same size at every call ((b) and (b'), often a baton B and the
+    # default) would hide one another: each distinct series is drawn once, labelled with all its policies.
+    series: dict[tuple, list[tuple[str, str]]] = {}
     for key, label in order:
         s = run["stats"][key]
-        base = key in ("none", "mask", "mask_1bp", "clear") or key == default_key
-        line, = ax.plot(range(len(s["series"])), s["series"], label=label, lw=1.8 if base else 1.0,
-                        alpha=1.0 if base else 0.75, ls="-" if base else "--")
-        if s["compaction_calls"]:
-            xs = s["compaction_calls"]
-            ax.scatter(xs, [s["series"][x] for x in xs], marker="v", s=60, color=line.get_color(), zorder=5,
-                       edgecolors="black", linewidths=0.5)
+        series.setdefault((tuple(s["series"]), tuple(s["compaction_calls"])), []).append((key, label))
+    for (sizes, compaction_calls), policies in series.items():
+        keys = [key for key, _ in policies]
+        base = any(key in ("none", "mask", "mask_1bp", "clear") or key == default_key for key in keys)
+        line, = ax.plot(range(len(sizes)), sizes, label=" = ".join(label for _, label in policies),
+                        lw=1.8 if base else 1.0, alpha=1.0 if base else 0.75, ls="-" if base else "--")
+        if compaction_calls:  # a big marker under a small one: two policies compacting at one call both show
+            ax.scatter(compaction_calls, [sizes[x] for x in compaction_calls], marker="v", s=110 if base else 40,
+                       color=line.get_color(), zorder=5 if base else 6, edgecolors="black", linewidths=0.5)
+    # The threshold is on baton's estimate (Claude's count, ~1.19x cl100k on the claude-code runs); the
+    # axis is raw cl100k, so the line is drawn where the estimate reaches it.
+    ax.axhline(THRESHOLD / CLAUDE_PER_CL100K, color="black", lw=0.8, ls=":",
+               label=f"threshold: estimate {THRESHOLD:,} (≈ {THRESHOLD / CLAUDE_PER_CL100K:,.0f} raw)")
     ax.set_title(f"{dataset}: context size per call, largest run ({run['id']}); ▼ = compaction\n"
-                 f"(b) and (b') send the same requests; baton compacts when its estimate passes {THRESHOLD:,}",
+                 "policies sending requests of the same size at every call share one line",
                  fontsize=10)
     ax.set_xlabel("call")
     ax.set_ylabel("input tokens per call (raw cl100k, system included)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # outside: hides no data
     fig.tight_layout()
     img_dir.mkdir(parents=True, exist_ok=True)
     path = img_dir / f"context_size_{dataset}.png"
@@ -814,8 +826,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="directory of *.jsonl.gz trajectories")
     ap.add_argument(
-        "--out", type=Path, default=DEFAULT_DOC, help="markdown file; only its context-replay section is rewritten"
+        "--out", type=Path, default=None,
+        help="also write the results: this markdown file's context-replay section (e.g. docs/benchmarks.md) and the "
+        "charts under img/ beside it; without it nothing is written",
     )
+    ap.add_argument("--charts", type=Path, default=None,
+                    help="write only the charts, into this folder (e.g. docs/img), and no markdown")
     ap.add_argument(
         "--batch",
         type=int,
@@ -852,7 +868,7 @@ def main(argv: list[str] | None = None) -> int:
              (default_key, f"(d) baton default B={args.batch} S={args.start:,}")]
     order += [(baton_key(b, args.start), f"(e) baton B={b}") for b in E_BATCHES if (b, args.start) != default]
 
-    files = trajectory_files(args.data)
+    files = trajectory_files(require_data(args.data))
     if not files:
         print(f"no *.jsonl.gz under {args.data}", file=sys.stderr)
         return 1
@@ -907,13 +923,18 @@ def main(argv: list[str] | None = None) -> int:
     by_ds: dict[str, list[dict]] = defaultdict(list)
     for r in results:
         by_ds[r["dataset"]].append(r)
-    img_dir = args.out.resolve().parent / "img"
+    img_dir = args.charts or (args.out.resolve().parent / "img" if args.out else None)
     for ds, runs in sorted(by_ds.items()):
         longest = max(runs, key=lambda r: (r["final_tokens"], r["calls"]))
-        images.append((ds, chart(ds, longest, order, default_key, img_dir)))
+        if img_dir is not None:
+            images.append((ds, chart(ds, longest, order, default_key, img_dir)))
     print(f"\n{len(results)} runs, {sum(r['calls'] for r in results)} calls, {len(configs)} baton configurations, "
           f"{elapsed:.0f} s on {args.jobs} process(es)")
 
+    if args.out is None:
+        print("\nnothing written" + (f" but {len(images)} chart(s) under {img_dir}" if images else "")
+              + "; pass --out docs/benchmarks.md to record these results")
+        return 0
     command = "python bench/context_replay.py" + (
         "" if not sys.argv[1:] else " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     )
@@ -930,8 +951,9 @@ def main(argv: list[str] | None = None) -> int:
         "last breakpoint are writes (1.25x), after it plain input (1x), reads 0.1x; no expiry. "
         "Sonnet 4.5 prices ($3/MTok input, $15/MTok output; output = the recorded assistant messages, the same "
         "for every policy). Tokens are raw cl100k counts. Execute thresholds scaled down 10x: window 100,000, "
-        f"compaction at an estimated {THRESHOLD:,} (≈ {THRESHOLD / 1.19:,.0f} raw), clear_tool_uses trigger "
-        f"{CLEAR_TRIGGER:,}, keep {CLEAR_KEEP}. Policies: (a) the full log; (b) SWE-agent-style masking, every step, "
+        f"compaction at an estimated {THRESHOLD:,} (≈ {THRESHOLD / CLAUDE_PER_CL100K:,.0f} raw), "
+        f"clear_tool_uses trigger {CLEAR_TRIGGER:,}, keep {CLEAR_KEEP}. Policies: (a) the full log; "
+        "(b) SWE-agent-style masking, every step, "
         f"of all but the last {MASK_KEEP} tool results (`{MASK_TEXT.format(n='N')}`); (c) Anthropic's "
         "`clear_tool_uses` defaults whenever the full request passes the trigger; (d) baton's `Assembler` with "
         f"N={KEEP_STEPS}, B={args.batch}, start size S={args.start:,}, compacting (deterministic fallback summary, "

@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -229,7 +230,8 @@ def measure(path: str | Path | None = None, worst: int = 15) -> dict[str, Any]:
                 }
             )
     return {
-        "data": str(file),
+        # relative to the repository: docs/benchmarks.md must not name the machine it ran on
+        "data": os.path.relpath(Path(file).resolve(), ROOT),
         "pairs": sum(s["pairs"] for s in sessions),
         "skipped": skipped,
         "sessions": sessions,
@@ -281,6 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None,
                     help="also write the table as the token-estimate section of this markdown file")
     args = ap.parse_args(argv)
+    if not _resolve(args.data).exists():
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from common import require_data
+
+        require_data(_resolve(args.data))
     result = measure(args.data, worst=max(args.worst, 15))
     table = format_table(result, worst=args.worst)
     print(json.dumps(result, indent=2) if args.json else table)
