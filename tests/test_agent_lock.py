@@ -19,6 +19,7 @@ def server(monkeypatch):
     return client
 
 
+@pytest.mark.slow  # waits past a real lock TTL
 def test_a_step_longer_than_the_ttl_keeps_its_lock(server):
     with tasks.agent_lock("s", "execute"):
         time.sleep(2.5)  # > 2x the TTL: only renewal keeps the key alive

@@ -17,6 +17,7 @@ from tests.agent_run import (
     run_iteration,
 )
 
+pytestmark = pytest.mark.slow  # every test reads the module's whole simulated run
 LAYERS = ("L1", "L2", "L3", "L4")
 
 

@@ -88,6 +88,7 @@ def output_of(done: subprocess.CompletedProcess[str]) -> str:
     return " ".join((done.stdout + done.stderr).split())  # rich wraps long lines
 
 
+@pytest.mark.slow  # real baton processes against a real redis-server
 def test_dispatch_messages_mask_the_password(redis_with_password, tmp_path):
     copy_example(tmp_path)
     broker = f"redis://:{PASSWORD}@127.0.0.1:{redis_with_password}/0"
@@ -101,6 +102,7 @@ def test_dispatch_messages_mask_the_password(redis_with_password, tmp_path):
 
 @pytest.mark.parametrize("password", [WRONG, None], ids=["wrong-password", "no-password"])
 @pytest.mark.parametrize("command", [["run", "refund_desk"], ["worker", "init"]], ids=["run", "worker"])
+@pytest.mark.slow  # real baton processes against a real redis-server
 def test_a_refused_password_is_reported_as_an_authentication_failure(redis_with_password, tmp_path, password,
                                                                      command):
     root = copy_example(tmp_path)
@@ -114,6 +116,7 @@ def test_a_refused_password_is_reported_as_an_authentication_failure(redis_with_
     assert not (root / "run.json").exists()  # refused before anything was written
 
 
+@pytest.mark.slow  # real baton processes against a real redis-server
 def test_an_unreachable_broker_is_reported_without_its_password(tmp_path):
     copy_example(tmp_path)
     done = baton(tmp_path, f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0", "run", "refund_desk")
@@ -123,6 +126,7 @@ def test_an_unreachable_broker_is_reported_without_its_password(tmp_path):
     assert PASSWORD not in text
 
 
+@pytest.mark.slow  # real baton processes against a real redis-server
 def test_status_json_never_carries_the_password(redis_with_password, tmp_path):
     copy_example(tmp_path)
     broker = f"redis://:{PASSWORD}@127.0.0.1:{redis_with_password}/0"

@@ -97,6 +97,7 @@ def test_new_copies_a_brief(tmp_path: Path) -> None:
     assert (tmp_path / "mine" / "brief.md").read_text() == "# my brief\n"
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_new_from_a_run_copies_its_definition_not_its_run(finished: tuple[Path, Result]) -> None:
     root, _ = finished
     (root / "notes.txt").write_text("kept\n")
@@ -135,6 +136,7 @@ def test_run_with_auto_approve_finishes(finished: tuple[Path, Result]) -> None:
     assert "execution_outputs/iteration_2/report.json" in result.output
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_approve_continues_to_execute(awaiting: Path, tmp_path: Path) -> None:
     root = copy_of(awaiting, tmp_path)
     result = invoke(tmp_path, "approve", "refund_desk", "--profile", "demo")
@@ -157,6 +159,7 @@ def test_reject_sends_the_feedback_to_init(awaiting: Path, tmp_path: Path) -> No
     assert run_json(root)["phase"] == "awaiting_approval"  # Init redesigned and handed off again
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_a_missed_target_exits_1(tmp_path: Path) -> None:
     root = copy_of(EXAMPLE, tmp_path)
     toml = root / "scenario.toml"
@@ -322,6 +325,7 @@ def test_scenarios_dir_after_the_command(finished: tuple[Path, Result]) -> None:
     assert json.loads(result.output)["scenario"] == "refund_desk"
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_the_simulated_notice_is_said_once(awaiting: Path, tmp_path: Path) -> None:
     root = copy_of(awaiting, tmp_path)
     result = invoke(tmp_path, "context", "refund_desk", "--profile", "demo")

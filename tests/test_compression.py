@@ -309,6 +309,7 @@ def test_compressing_twice_is_a_no_op():
     assert compress_result(use("Bash", command="ls"), once, REF) is once
 
 
+@pytest.mark.slow  # a 50 MB result
 def test_fifty_megabytes():
     many_lines = "0123456789abcdef" * 4 + "\n"
     big = many_lines * (50_000_000 // len(many_lines))
@@ -382,6 +383,7 @@ def _trajectory_pairs():
 
 
 @pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason="shared trajectories not available")
+@pytest.mark.slow  # every recorded run
 def test_every_recorded_tool_result():
     seen, changed, files = 0, 0, set()
     for name, tool, result in _trajectory_pairs():

@@ -647,6 +647,7 @@ def _healthcheck(services, port: int, password: str) -> int:
     return subprocess.run(["sh", "-c", script], env=env, capture_output=True, timeout=10, check=False).returncode
 
 
+@pytest.mark.slow  # a real redis-server, workers and Flower
 def test_redis_refuses_clients_without_the_password(deployment, services):
     assert _redis_ping(deployment.port, None).startswith("NOAUTH")
     assert _redis_ping(deployment.port, PASSWORD) == "PONG"
@@ -654,6 +655,7 @@ def test_redis_refuses_clients_without_the_password(deployment, services):
     assert _healthcheck(services, deployment.port, "wrong") != 0
 
 
+@pytest.mark.slow  # a real redis-server, workers and Flower
 def test_worker_commands_start_and_consume_their_queues(deployment, services):
     from workers.app import make_app
 
@@ -705,6 +707,7 @@ def test_worker_commands_start_and_consume_their_queues(deployment, services):
             proc.stop(grace=5)
 
 
+@pytest.mark.slow  # a real redis-server, workers and Flower
 def test_flower_command_requires_basic_auth(deployment, services):
     flower = services["flower"]
     port = free_port()

@@ -292,6 +292,7 @@ def test_a_bare_bool_verdict_is_accepted(tmp_path: Path) -> None:
     assert report["passed"] == 1
 
 
+@pytest.mark.slow  # waits for a real timeout
 def test_tool_that_loops_forever_is_killed_and_the_next_sample_runs(tmp_path: Path) -> None:
     build(tmp_path, [sample("a_spin", [("spin", {})]), PASSING])
     report, results = evaluate(tmp_path)
@@ -309,6 +310,7 @@ def test_tool_that_eats_memory_is_l2(tmp_path: Path) -> None:
     assert results["ok"]["passed"] is True
 
 
+@pytest.mark.slow  # waits for a real timeout
 def test_checker_that_loops_forever_is_l3(tmp_path: Path) -> None:
     build(
         tmp_path, [PASSING], checkers={"loop.py": "def check_loop(sample, outcome):\n    while True:\n        pass\n"}

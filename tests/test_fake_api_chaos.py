@@ -120,6 +120,7 @@ def _answered(chaos: Chaos, model: str) -> int:
 
 
 @pytest.mark.parametrize("model, status", [("chaos-429", 429), ("chaos-529", 529), ("chaos-500", 500)])
+@pytest.mark.slow  # real retries through a proxy
 def test_an_error_status_is_retried_and_the_retry_gets_the_doubles_answer(chaos, sleeps, caplog, model, status):
     caplog.set_level(logging.WARNING, logger="agents.anthropic_model")
     before = _answered(chaos, model)

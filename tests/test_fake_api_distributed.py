@@ -9,7 +9,7 @@ from tests.fake_api_support import KEY, stats
 from tests.workers_harness import Cluster, RedisServer
 from workers.fake_api.server import FakeApi, start
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # three real workers through the double
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
 # A broker or a profile in the developer's shell must not turn this into another kind of run.
 UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "BATON_PROFILE", "BATON_SCENARIOS_DIR", "ANTHROPIC_AUTH_TOKEN")
 
+pytestmark = pytest.mark.slow  # whole runs through the real SDK and the API double
+
 
 @pytest.fixture
 def double() -> Iterator[Running]:

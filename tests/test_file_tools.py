@@ -370,6 +370,7 @@ def test_bash_runs_in_the_folder(bash_ctx, tmp_path):
     assert data["timed_out"] is False
 
 
+@pytest.mark.slow  # waits for a real timeout
 def test_bash_timeout_kills_the_process_group(bash_ctx, tmp_path):
     pid_file = tmp_path / "child.pid"
     data = good(bash_ctx, "Bash", command=f"sleep 60 & echo $! > {pid_file}; wait", timeout_s=1)
@@ -387,6 +388,7 @@ def test_bash_caps_huge_output(tmp_path):
     assert data["stderr"] == "done\n"
 
 
+@pytest.mark.slow  # waits for a real timeout
 def test_bash_endless_output_stays_bounded(tmp_path):
     ctx = ToolContext(
         root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=1000)
@@ -404,6 +406,7 @@ def test_bash_does_not_see_secrets(bash_ctx, monkeypatch):
     assert "BATON_HARMLESS=visible" in data["stdout"]
 
 
+@pytest.mark.slow  # waits for a real timeout
 def test_bash_timeout_is_capped_by_config(tmp_path):
     ctx = ToolContext(
         root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_timeout_s=1)

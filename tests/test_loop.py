@@ -25,6 +25,7 @@ def _team(root):
     return Team(root, profile="demo", env={})
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_auto_approved_run_fails_iteration_one_and_passes_iteration_two(root):
     ran = run_embedded(start(root, auto_approve=True), _team(root))
     record = load_run(root)
@@ -36,6 +37,7 @@ def test_auto_approved_run_fails_iteration_one_and_passes_iteration_two(root):
     assert run_embedded(resume(root), _team(root)) == 0  # finished runs have nothing left
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_approval_gate_then_approve_and_reject(root):
     team = _team(root)
     run_embedded(start(root), team)
@@ -64,6 +66,7 @@ def test_approve_or_reject_in_the_wrong_phase_is_a_clear_error(root):
         reject(root, "  ")
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_stopped_mid_iteration_resumes_from_disk(root):
     run_embedded(start(root, auto_approve=True), _team(root), max_tasks=25)  # then "everything stops"
     mid = load_run(root)
@@ -74,6 +77,7 @@ def test_stopped_mid_iteration_resumes_from_disk(root):
         assert_log_consistent(root, role)
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_torn_log_line_is_recovered(root):
     run_embedded(start(root, auto_approve=True), _team(root), max_tasks=5)
     with open(root / "state/init/log.jsonl", "ab") as fh:
@@ -100,6 +104,7 @@ def test_unknown_and_hostile_scenarios(root, tmp_path):
         scenario_root("../etc")
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_a_new_run_archives_the_finished_one(root):
     run_embedded(start(root, auto_approve=True), _team(root))
     first = load_run(root)

@@ -240,6 +240,7 @@ def test_redact_message_rewrites_every_block_kind() -> None:
     assert first.tokens != 0 and first.text == f"password={R}"
 
 
+@pytest.mark.slow  # a 50 MB payload
 def test_fifty_megabytes() -> None:
     # Mostly clean text full of look-alikes, with a few secrets at known places.
     chunk = "\n".join(NEAR_MISSES[:-1]) + "\n" + "lorem ipsum dolor sit amet " * 400 + "\n"

@@ -52,6 +52,7 @@ def test_the_lock_names_its_holder_and_is_gone_after_release(tmp_path: Path) -> 
     assert not lock_path(tmp_path).exists()  # the scenario folder is left as it was
 
 
+@pytest.mark.slow  # real baton processes
 def test_a_second_baton_run_exits_2_naming_the_holder_and_a_killed_holder_frees_it(tmp_path: Path) -> None:
     root = copy_example(tmp_path)
     run = baton_argv(tmp_path, "run", "refund_desk", "--auto-approve", "--profile", "demo")
@@ -115,6 +116,7 @@ def test_holder_is_none_once_the_holding_process_is_killed(tmp_path: Path) -> No
             proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # real baton processes
 def test_an_embedded_run_with_a_broker_also_excludes_the_workers(tmp_path: Path) -> None:
     try:
         server = RedisServer(tmp_path / "redis")

@@ -59,6 +59,7 @@ def clean_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("point", POINTS)
+@pytest.mark.slow  # a crash at every point of real steps
 def test_crash_at_every_step_point_completes_without_asking_twice(tmp_path, clean_run, point):
     clean_root, clean_model = clean_run
     root = copy_example(tmp_path)

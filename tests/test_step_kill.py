@@ -35,6 +35,7 @@ CHILD = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("point", ["after_model_call", "after_tool:0", "before_persist_results"])
+@pytest.mark.slow  # kills real processes
 def test_sigkill_mid_step_then_resume(tmp_path, point):
     root = copy_example(tmp_path)
     child = subprocess.run(

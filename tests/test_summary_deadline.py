@@ -193,6 +193,7 @@ def hanging_server() -> Iterator[str]:
     server.server_close()
 
 
+@pytest.mark.slow  # waits for a real deadline
 def test_a_hanging_server_gets_no_more_than_the_deadline(hanging_server):
     model = AnthropicModel(api_key=KEY, base_url=hanging_server, base_delay_s=0.01)
     started = time.monotonic()
@@ -202,6 +203,7 @@ def test_a_hanging_server_gets_no_more_than_the_deadline(hanging_server):
     assert err.value.attempts == 1  # what was left after it could not hold another attempt
 
 
+@pytest.mark.slow  # waits for a real deadline
 def test_a_compaction_against_a_hanging_server_falls_back_in_time(tmp_path, hanging_server):
     root = copy_example(tmp_path)
     base = agents(root)["init"].config

@@ -67,6 +67,7 @@ def test_every_step_of_the_fixture_runs_assembles_valid_requests(name):
 
 @pytest.mark.skipif(not TRAJECTORIES.is_dir(), reason=NO_SHARED_TRAJECTORIES)
 @pytest.mark.parametrize("name", sorted(SCALED))
+@pytest.mark.slow  # every recorded run
 def test_every_step_of_every_run_assembles_valid_requests(name):
     requests, compactions = replay(name, TRAJECTORIES)
     assert requests > 100 and compactions > 0

@@ -38,7 +38,7 @@ from tests.workers_harness import (
 from workers.app import STEP_PRIORITY
 from workers.loop import start
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # real Celery workers
 
 
 @pytest.fixture
