@@ -36,8 +36,8 @@ def require_data(path: Path) -> Path:
     if not Path(path).exists():
         raise SystemExit(
             f"trajectory data not found at {path}. Pass --data DIR: a folder of *.jsonl.gz recorded runs "
-            "(the shared set is ../shared/trajectories beside the repository; a small cut in the same format "
-            "is tests/fixtures/trajectories, enough to try a script but not to reproduce docs/benchmarks.md)"
+            "(the shared set is ../shared/trajectories beside the repository; tests/synthetic_trajectories.py "
+            "writes made-up runs of the same format, enough to try a script but not to reproduce docs/benchmarks.md)"
         )
     return Path(path)
 

@@ -10,10 +10,9 @@ from hypothesis import strategies as st
 
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, parse_message
 
-# The full recorded runs live beside the repository (not in it); a few short runs cut from them
-# ship with the tests so a fresh clone covers real logs too (tests/fixtures/trajectories/README.md).
+# The recorded runs live beside the repository and must not be copied into it (their README);
+# a fresh clone replays synthetic runs of the same format (tests/synthetic_trajectories.py).
 TRAJECTORIES = Path(__file__).resolve().parents[2] / "shared" / "trajectories"
-FIXTURE_TRAJECTORIES = Path(__file__).resolve().parent / "fixtures" / "trajectories"
 NO_SHARED_TRAJECTORIES = f"the full trajectories are not at {TRAJECTORIES} (a checkout without ../shared)"
 TOOLS = ["Read", "Bash", "Grep", "LS", "Edit", "Write", "TodoWrite", "lookup"]
 

@@ -1,6 +1,6 @@
 """Recorded trajectories replayed through assembly at every step, with the thresholds scaled
-down so compaction happens, yield only valid requests: the short runs cut into tests/fixtures
-always, every full run where ../shared/trajectories is present."""
+down so compaction happens, yield only valid requests: synthetic runs of the same format always
+(tests/synthetic_trajectories.py), every recorded run where ../shared/trajectories is present."""
 
 from pathlib import Path
 
@@ -13,12 +13,12 @@ from context.policy import Policy
 from context.protocol import repair, validate
 from context.summary_schemas import ExecuteSummary
 from tests.logs import (
-    FIXTURE_TRAJECTORIES,
     NO_SHARED_TRAJECTORIES,
     TRAJECTORIES,
     load_trajectories,
     trajectory_messages,
 )
+from tests.synthetic_trajectories import write_synthetic
 
 # Scaled far down (the runs hold 3k-170k tokens) so that even tau-bench runs compact.
 SCALED = {
@@ -60,8 +60,8 @@ def replay(name: str, folder: Path) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("name", sorted(SCALED))
-def test_every_step_of_the_fixture_runs_assembles_valid_requests(name):
-    requests, compactions = replay(name, FIXTURE_TRAJECTORIES)
+def test_every_step_of_synthetic_runs_assembles_valid_requests(name, tmp_path):
+    requests, compactions = replay(name, write_synthetic(tmp_path))
     assert requests > 20 and compactions > 0
 
 
