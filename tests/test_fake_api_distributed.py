@@ -6,20 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.fake_api_support import KEY, stats
-from tests.workers_harness import Cluster, RedisServer
+from tests.workers_harness import Cluster
 from workers.fake_api.server import FakeApi, start
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # three real workers through the double
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    try:
-        server = RedisServer(tmp_path / "redis")
-    except FileNotFoundError:
-        pytest.skip("redis-server is not installed (CI provides it)")
-    yield server
-    server.stop()
 
 
 def test_three_workers_reach_done_through_the_double(request, redis_server, tmp_path, monkeypatch):

@@ -117,11 +117,8 @@ def test_holder_is_none_once_the_holding_process_is_killed(tmp_path: Path) -> No
 
 
 @pytest.mark.slow  # real baton processes
-def test_an_embedded_run_with_a_broker_also_excludes_the_workers(tmp_path: Path) -> None:
-    try:
-        server = RedisServer(tmp_path / "redis")
-    except FileNotFoundError:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+def test_an_embedded_run_with_a_broker_also_excludes_the_workers(tmp_path: Path, redis_server: RedisServer) -> None:
+    server = redis_server
     root = copy_example(tmp_path)
     run = baton_argv(tmp_path, "run", "refund_desk", "--embedded", "--auto-approve", "--profile", "demo")
     env = {**minimal_env(tmp_path), "BATON_BROKER_URL": server.url}
@@ -144,6 +141,5 @@ def test_an_embedded_run_with_a_broker_also_excludes_the_workers(tmp_path: Path)
         assert not client.keys("baton:lock:*")  # every lock released at the end of the run
     finally:
         client.close()
-        server.stop()
     for role in ("init", "execute"):
         assert_log_consistent(root, role)

@@ -26,7 +26,6 @@ from tests.workers_harness import (
     Cluster,
     FakeRedisServer,
     Proc,
-    RedisServer,
     alive,
     assert_each_response_once,
     children,
@@ -39,16 +38,6 @@ from workers.app import STEP_PRIORITY
 from workers.loop import start
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # real Celery workers
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    try:
-        server = RedisServer(tmp_path / "redis")
-    except FileNotFoundError:
-        pytest.skip("redis-server is not installed (CI provides it)")
-    yield server
-    server.stop()
 
 
 @pytest.fixture
