@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from agents.config import AgentConfig
 from agents.disk import AgentDisk
 from agents.models import Model
+from agents.pricing import Price, Tokens
 from agents.prompts import prompt
 from agents.role import Role
 from agents.tools.base import ToolContext, definition
@@ -16,6 +18,7 @@ from agents.tools.registry import tools_for
 from context.assembly import Assembler, StaticPrefix
 from context.estimator import TokenEstimator
 from context.history import History
+from context.messages import Usage
 
 
 @dataclass
@@ -24,10 +27,17 @@ class Agent:
 
     config: AgentConfig
     model: Model
+    # Its model's price (agents.pricing, with the scenario's overrides), looked up once when the agent
+    # is built; None offline or for a model with no price on file.
+    price: Price | None = None
 
     @property
     def role(self) -> Role:
         return self.config.role
+
+    def cost(self, usage: Usage | Mapping[str, int] | None) -> float | None:
+        """What one call with this ``usage`` cost, in US dollars (None without a price or a call)."""
+        return Tokens.of(usage).cost(self.price) if usage is not None else None
 
     def tools(self) -> dict[str, Any]:
         return tools_for(self.config)

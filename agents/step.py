@@ -42,8 +42,6 @@ from agents.disk import AgentDisk, LogRecord, accepted_handoff
 from agents.events import ErrorEvent, HandoffEvent, OutputCutEvent, PromptTooLongEvent, StepEvent
 from agents.models import Model, ModelError, ModelRequest, ModelResponse, PromptTooLong, TokenCounter
 from agents.outcomes import StepOutcome
-from agents.pricing import Tokens, price_for
-from agents.settings_layers import scenario_prices
 from agents.tools.base import parse_envelope, run_tool
 from context.assembly import Assembled, ContextOverflow, StaticPrefix
 from context.compaction_event import CompactionEvent
@@ -205,7 +203,7 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
             duration_s=round(time.monotonic() - started, 3),
             tools=[u.name for u in message.tool_uses],
             counted_input=counted,
-            cost_usd=Tokens.of(response.usage).cost(price_for(config.model.name, scenario_prices(disk.layout.root))),
+            cost_usd=agent.cost(response.usage),
         )
     )
     fault("after_persist_response", step)

@@ -28,8 +28,9 @@ from agents.models import Model
 from agents.openings import execute_opening, init_opening
 from agents.outcomes import CompactionOutcome, StepOutcome
 from agents.payloads import ExecuteToInit, InitToExecute, parse_payload_dict
+from agents.pricing import price_for
 from agents.role import Role
-from agents.settings_layers import load_scenario_config, resolve_agents
+from agents.settings_layers import load_scenario_config, resolve_agents, scenario_prices
 from agents.step import run_step
 from agents.tools.handoff import KIND, handoff_path
 from scenarios.run import IterationResult, RunRecord, archive_run, load_run, save_run
@@ -73,9 +74,10 @@ class Team:
         models = {role: model or model_for(config, env) for role, config in configs.items()}
         # On the real API each agent runs on the model pinned for this run (resolved from its line once).
         pins = pin_models(root, configs, models, os.environ if env is None else env)
+        configs = {role: apply_pin(config, pins[role]) if role in pins else config for role, config in configs.items()}
+        prices = scenario_prices(root)  # read once here, not on every step
         self.agents: dict[str, Agent] = {
-            role: Agent(apply_pin(config, pins[role]) if role in pins else config, models[role])
-            for role, config in configs.items()
+            role: Agent(config, models[role], price_for(config.model.name, prices)) for role, config in configs.items()
         }
 
     def __getitem__(self, role: str) -> Agent:

@@ -76,11 +76,6 @@ def read_spend(root: Path) -> RunSpend:
                                                saved_by_cache_usd=sum(saved) if cost is not None else None))
 
 
-def call_cost(root: Path, model: str, usage: dict[str, int] | None) -> float | None:
-    """The cost of one call of ``model`` (an id; a line or the simulated model has no price)."""
-    return Tokens.of(usage).cost(price_for(model, scenario_prices(root))) if usage else None
-
-
 def _dropped_reply(event: Event) -> bool:
     """A reply that was paid for but not kept, so no step event counts it: cut and asked again,
     refused, or stopped by the window."""

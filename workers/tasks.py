@@ -27,7 +27,6 @@ from scenarios.run import load_run
 from scenarios.store import Layout, StoreError
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
-from workers.spend import call_cost
 
 log = logging.getLogger(__name__)
 # A lock lives LOCK_TTL_S and is renewed every LOCK_RENEW_S while its step runs, so the lock
@@ -155,10 +154,9 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
     try:
         with agent_lock(scenario, agent):
             report_start(self, root, scenario, agent, step)
-            outcome, following = do_step(root, _team(root), agent, step)
+            outcome, following = do_step(root, team := _team(root), agent, step)
     except LockBusy as exc:
         raise retry(self, exc, Task(kind="step", scenario=scenario, agent=agent, number=step)) from None
-    model_id = _team(root)[agent].config.model.name
     self.send_event(
         "task-progress",
         scenario=scenario,
@@ -170,7 +168,7 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
         threshold=outcome.threshold,
         model=outcome.model,
         usage=outcome.usage,  # input, cache writes, cache reads, output of this step's call
-        cost_usd=call_cost(root, model_id, outcome.usage),
+        cost_usd=team[agent].cost(outcome.usage),
     )
     dispatch(following)
     return outcome.model_dump(
@@ -183,13 +181,12 @@ def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int
     root = scenario_root(scenario)
     try:
         with agent_lock(scenario, agent):
-            outcome, following = do_compaction(root, _team(root), agent, after_step)
+            outcome, following = do_compaction(root, team := _team(root), agent, after_step)
     except LockBusy as exc:
         raise retry(self, exc, Task(kind="compaction", scenario=scenario, agent=agent, number=after_step)) from None
-    model_id = _team(root)[agent].config.model.name
     self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step,
                     status=outcome.status, fallback=outcome.fallback, usage=outcome.usage,
-                    cost_usd=call_cost(root, model_id, outcome.usage))
+                    cost_usd=team[agent].cost(outcome.usage))
     dispatch(following)
     return {"scenario": scenario, "agent": agent, "after_step": after_step, "next": [t.model_dump() for t in following]}
 
