@@ -25,9 +25,6 @@ from scenarios.store import Layout, StoreError, inside, relative
 # How the tools mark a clipped line (``context.text.clip``); the model has seen this wording.
 TOOL_CLIP_MARKER = "… [+{n} chars]"
 
-# The result text the model sees is capped; the full result is archived on disk.
-MAX_RESULT_CHARS = 200_000
-
 
 @dataclass
 class ToolContext:
