@@ -6,26 +6,56 @@ of MB, so it is built to be linear and cheap on clean text:
 * every pattern starts with a literal or a small set of first characters, which
   the regex engine scans for quickly, and quantifiers over long runs are
   possessive (``*+``, ``{m,n}+``) or bounded, so nothing backtracks
-  catastrophically (about a second for 50 MB, usually less);
-* the ``NAME=value`` rule runs on a lower-cased copy of the text (case-
-  insensitive regexes are several times slower in ``re``) and only when one of
-  its keywords occurs at all (plain ``in`` checks);
-* judgement calls (placeholder? type hint? count?) are made in Python on the
-  few matches rather than in the regexes.
+  catastrophically (0.6-0.9 s for 20 MB of mixed code and JSON; up to
+  about 2 s when it holds secrets of many kinds, since every pattern that
+  replaces something copies the whole text once);
+* the ``NAME=value`` and prose-password rules run on a lower-cased copy of the
+  text (case-insensitive regexes are several times slower in ``re``) and only
+  when one of their keywords occurs at all (plain ``in`` checks);
+* the one shape with no literal to anchor on, a bare 40-character AWS secret
+  access key, is searched for as a literal in a translated copy of the text
+  (see ``_KEY_CHARS``), not with a regex that would try every word boundary;
+* judgement calls (placeholder? type hint? count? random or a camelCase name?)
+  are made in Python on the few matches rather than in the regexes.
+
+The detectors follow detect-secrets (its AWS, Stripe, GitLab, npm and PyPI
+prefixes; Shannon entropy with a threshold for keys without a prefix), but it
+is not a dependency: it scans line by line through a plugin framework (a
+Python call per line and plugin, millions for one large tool result), its
+keyword regexes retry unbounded runs at every position of a long line, its AWS
+plugin imports ``requests`` to verify keys online, and it has no rule for a
+password given in prose ("my password is hunter2"), which this module adds.
 
 Redaction is best effort and leans towards keeping what agents must read and
 edit verbatim (source code, token counts, paths, hashes). ``redact`` is
-idempotent because no rule touches a value that is already ``<REDACTED>``.
+idempotent because no rule touches a value that is already ``<REDACTED>``, and
+each pass sees the text as the passes before it left it.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from typing import Any, Callable
 
 from context.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 REDACTED = "<REDACTED>"
+
+
+def _splice(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """``text`` with each (start, end, replacement) applied; a span inside the previous one is skipped."""
+    spans = sorted(spans)
+    pieces: list[str] = []
+    last = 0
+    for start, end, new in spans:
+        if start >= last:  # not inside the previous one ('password is "a password is x"')
+            pieces += (text[last:start], new)
+            last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
 
 # --- secret-ish names -------------------------------------------------------
 
@@ -38,8 +68,8 @@ _KEYWORD = (
     r"|token(?!s|iz|[_-]?(?:count|usage|limit|budget|len|size|num))"
     r"|auth(?!or(?!iz))"
 )
-# Cheap pre-check: one of these occurs (lower-cased) wherever _KEYWORD can match.
-_KEYWORD_HINTS = ("passw", "secret", "credential", "key", "token", "auth")
+# Cheap pre-check: one of these occurs (lower-cased) wherever _KEYWORD or _PROSE can match.
+_KEYWORD_HINTS = ("pass", "pwd", "secret", "credential", "key", "token", "auth")
 # The decision on a whole name, in snake_case. "auth" only counts at the end
 # (auth, x_auth, authorization, auth_header), since auth_method, oauth_scope
 # or auth_enabled name settings, not credentials.
@@ -93,6 +123,24 @@ _GITHUB = re.compile(r"g(?:h[pousr]_(?<!\wgh[pousr]_)[A-Za-z0-9]{30,}+|ithub_pat
 _SLACK = re.compile(r"xox[abprs]-(?<![\w-]xox[abprs]-)[A-Za-z0-9-]{10,}+")
 _AWS_KEY_ID = re.compile(r"A[KS]IA(?<![A-Za-z0-9]A[KS]IA)[A-Z0-9]{16}(?![A-Za-z0-9])")
 _JWT = re.compile(r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+")
+# Stripe secret and restricted keys: two patterns, since a literal start scans
+# several times faster than a character class ([rs]k_).
+_STRIPE_SECRET = re.compile(r"sk_(?<![A-Za-z0-9]sk_)(?:live|test)_[A-Za-z0-9]{20,}+")
+_STRIPE_RESTRICTED = re.compile(r"rk_(?<![A-Za-z0-9]rk_)(?:live|test)_[A-Za-z0-9]{20,}+")
+_GOOGLE = re.compile(r"AIza(?<![\w-]AIza)[A-Za-z0-9_-]{35}(?![\w-])")
+_GITLAB = re.compile(r"glpat-(?<![\w-]glpat-)[A-Za-z0-9_-]{20,}+")
+_NPM = re.compile(r"npm_(?<![\w-]npm_)[A-Za-z0-9]{36}(?![\w-])")
+_PYPI = re.compile(r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{40,}+")  # "pypi.org" in base64: every PyPI API token
+
+# A bare AWS secret access key is 40 characters of this alphabet with nothing
+# around it to anchor a regex, and a regex trying every word boundary of a
+# 50 MB text is slow, so _redact_aws_secrets maps the text to bytes in which
+# every character of the alphabet is "a" and anything else " ", and a regex
+# starting with 40 literal "a"s (a fast substring search in C) finds the runs
+# of 40 or more. Each is judged by looks_like_aws_secret.
+_KEY_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/+")
+_KEY_CHARS = bytes(ord("a") if chr(i) in _KEY_ALPHABET else ord(" ") for i in range(256))
+_KEY_RUNS = re.compile(rb"a" * 40 + rb"a*+")  # a literal prefix: `re` searches for it in C
 
 
 def _whole(_: re.Match[str]) -> str:
@@ -105,6 +153,61 @@ def _sk(m: re.Match[str]) -> str:
     if any(c.isdigit() for c in body) and any(c.isalpha() for c in body):
         return REDACTED
     return m.group(0)
+
+
+def shannon_entropy(value: str) -> float:
+    """Bits per character of ``value`` under its own character frequencies."""
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
+
+
+# Lower-case runs of three letters or more: the words of paths and identifiers.
+_WORDISH = re.compile(r"[a-z]{3,}")
+# Base64 of ASCII text: every byte is below 0x80, so the first character of
+# every 4-character group encodes a value below 32, one of these.
+_BASE64_LOW = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef")
+
+
+def looks_like_aws_secret(run: str) -> bool:
+    """True if a 40-character run of [A-Za-z0-9/+] is probably a random key.
+
+    Thresholds were measured on random 40-character strings of the key
+    alphabet against camelCase names, paths and base64 of text: a random run
+    has entropy >= 4.27 bits in 99.99% of cases (detect-secrets uses 4.5 for
+    base64 strings of any length, which misses ~2% of 40-character keys) and
+    less than half its characters in lower-case words in 99.9%, while
+    identifiers and paths have 0.65 and more.
+    """
+    # str methods first: git logs and hash lists bring thousands of candidates.
+    if run.islower() or run.isupper() or not any(c.isalpha() for c in run):
+        return False  # hex digests, upper-case hex, all-lower paths: keys mix both cases
+    if run.isalpha():
+        return False  # plain words glued together: keys have digits or "/+"
+    if shannon_entropy(run) < 4.0:
+        return False
+    if sum(len(w) for w in _WORDISH.findall(run)) * 2 >= len(run):
+        return False  # words: src/main/java/..., VeryLongCamelCaseName1
+    return not all(c in _BASE64_LOW for c in run[::4])  # base64 of text (1 in 1024 random keys)
+
+
+def _redact_aws_secrets(text: str) -> str:
+    # encode("ascii", "replace") turns each other code point into one "?", so offsets stay valid.
+    marks = text.encode("ascii", "replace").translate(_KEY_CHARS)
+    spans: list[tuple[int, int, str]] = []
+    for run in _KEY_RUNS.finditer(marks):
+        start, end = run.span()
+        if end - start > 41:
+            continue  # base64 blobs and the like
+        if end - start == 41 and text[start - 1 : start] == "\\" and text[start] in "nrt":
+            start += 1  # "\\nKEY" in escaped JSON: the "n" belongs to the escape
+        if (
+            end - start == 40
+            and text[start - 1 : start] not in ("_", "-")  # a 40-character piece of a longer token
+            and text[end : end + 1] not in ("=", "_", "-")  # base64 padding, or again a longer token
+            and looks_like_aws_secret(text[start:end])
+        ):
+            spans.append((start, end, REDACTED))
+    return _splice(text, spans) if spans else text
 
 
 _URL_PLACEHOLDERS = frozenset({"password", "passwd", "pass", "pwd", "secret", "token"})
@@ -125,6 +228,12 @@ _SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (_SLACK, _whole),
     (_AWS_KEY_ID, _whole),
     (_JWT, _whole),
+    (_STRIPE_SECRET, _sk),  # random keys mix digits and letters, "sk_live_preview_mode" does not
+    (_STRIPE_RESTRICTED, _sk),
+    (_GOOGLE, _whole),
+    (_GITLAB, _whole),
+    (_NPM, _whole),
+    (_PYPI, _whole),
 )
 
 # --- NAME=value (searched in the lower-cased text) ---------------------------
@@ -197,8 +306,8 @@ def _keep_value(name: str, value: str, sep: str, after: str, quoted: bool, confi
         return False  # digits or punctuation: a literal
     if colon and not config_line:
         return True  # prose: "the token: it expires"
-    if sep[-1:] in " \t" and after[:1] == " " and after[1:2].isalpha():
-        return True  # prose: "Password: the one you chose", "--password options below"
+    if sep[-1:] in " \t" and after[:1] == " " and (after[1:2].isalpha() or after[1:2] == REDACTED[0]):
+        return True  # prose: "Password: the one you chose", "--password options below", "-pwd is <REDACTED>"
     return (
         sep.startswith(("\"", "'", "\\"))  # {"token": tok}: JSON would have quoted a string
         or (sep[:1] in " \t" and sep[-1:] in " \t" and "=" in sep)  # token = tok
@@ -250,23 +359,101 @@ def _assign(m: re.Match[str], text: str) -> str | None:
     return head + text[m.end("sep") : m.start("uv")] + REDACTED
 
 
-def _redact_assignments(text: str) -> str:
+# --- passwords in prose (searched in the lower-cased text) -----------------
+
+# "my password is hunter2", "pwd was s3cr3t!", "the passphrase is correct horse".
+# Only the password family: "the token is ..." or "the key is ..." name hashes
+# and ids far too often for a prose rule, and their real formats are shapes above.
+# The keyword is a literal (`re` scans for its "p"); the word before it is
+# checked in Python (_prose).
+_PROSE = re.compile(
+    r"""
+    (?P<kw>p(?:ass(?:w(?:or)?d|phrase|code)|wd))
+    (?:'s|[ \t]++(?:is|was|has[ \t]been|will[ \t]be|should[ \t]be)
+        (?:[ \t]++(?:now|still|set[ \t]to|changed[ \t]to))?+
+      |[ \t]++(?:set|changed)[ \t]++to)
+    [ \t]++
+    # a lookahead, so that a keyword inside the value ("password is password is x") is still found
+    (?=(?P<q>["'`])(?P<qv>[^"'`\n]{1,256}+)(?P=q)|(?P<uv>\S{1,256}+))
+    """,
+    re.VERBOSE,
+)
+# Further words of a passphrase ("correct horse battery staple"), up to the end of the clause.
+_MORE_WORDS = re.compile(r"(?:[ \t]++[a-z]++(?![\w'-])){1,7}+")
+# Words that make "passphrase is ..." a sentence about the passphrase rather than the passphrase.
+_PROSE_WORDS = frozenset(
+    "a an the not never no too now still set stored kept saved hashed encrypted required missing empty invalid "
+    "wrong incorrect optional unset in on at of for to from with by and or but is was be been are that this it "
+    "its your my our their his her used only also always being same different long short".split()
+)
+# Hash and encoding names: "the password is sha256-hashed", not a password.
+_TECH_WORDS = ("sha1", "sha256", "sha512", "md5", "base64", "utf8", "utf-8", "bcrypt", "argon2", "pbkdf2")
+_PLAIN_WORDS = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)*")
+_INNER_UPPER = re.compile(r"[a-z][A-Z]")
+
+
+def _prose_value_is_secret(value: str, quoted: bool) -> bool:
+    """True if ``value``, said to be a password in prose, looks like one rather than like a word."""
+    lowered = value.lower()
+    if not value or value.startswith(_PLACEHOLDER_STARTS) or REDACTED.lower() in lowered:
+        return False  # ${DB_PASSWORD}, <REDACTED>: redacted already or documentation
+    if lowered in _NOT_VALUES:
+        return False  # "password is None", "password is required"
+    if quoted:
+        # 'letmein' was quoted to be given verbatim; in `"password is ", x` the quote closed a string.
+        return value == value.strip() and value[0] not in "),;]}>+"
+    if value.startswith(("/", "~", "./", "../")) or "://" in value or lowered.startswith(_TECH_WORDS):
+        return False  # `pwd is /work/main`, URLs (their credentials are handled above), hashing
+    if value.isdigit():
+        return len(value) >= 4  # "is 123456" is a password, "is 8 characters" a length
+    if _PLAIN_WORDS.fullmatch(value):
+        return _INNER_UPPER.search(value) is not None  # "HunTer" yes, "never", "write-only" no
+    return any(c.isalpha() or c.isdigit() for c in value)  # hunter2, s3cr3t!, Tr0ub4dor&3; not "--"
+
+
+def _prose(m: re.Match[str], text: str, lowered: str) -> tuple[int, int] | None:
+    """The span of the password in one _PROSE match, or None when it is prose after all."""
+    if m.start() > 0 and lowered[m.start() - 1].isalnum():
+        return None  # getpwd, bypassword
+    if m.start("qv") >= 0:
+        start, end = m.span("qv")
+        return (start, end) if _prose_value_is_secret(text[start:end], True) else None
+    start, end = m.span("uv")
+    value = text[start:end].rstrip(".,;:?)]}\"'`")
+    end = start + len(value)
+    if m.group("kw") == "passphrase" and value.isalpha() and end == m.end("uv"):
+        more = _MORE_WORDS.match(lowered, end)
+        words = [value.lower(), *(more.group(0).split() if more else ())]
+        if len(words) >= 2 and not _PROSE_WORDS.intersection(words):
+            return start, more.end() if more else end  # passphrases are words by design
+    return (start, end) if _prose_value_is_secret(value, False) else None
+
+
+def _lower(text: str) -> str:
     # str.lower() keeps every index except for U+0130, which becomes two code
     # points; swapping it for "I" first keeps match offsets valid for `text`.
-    lowered = text.lower() if text.isascii() else text.replace("\u0130", "I").lower()
+    return text.lower() if text.isascii() else text.replace("\u0130", "I").lower()
+
+
+def _redact_names(text: str) -> str:
+    """Redact the values of secret-ish names: passwords in prose (_PROSE), then assignments (_ASSIGN).
+
+    One pass after the other, so each sees what the one before left, as a
+    second call of ``redact`` would; that keeps ``redact`` idempotent. Prose
+    first: a prose value is judged by itself alone, while _keep_value looks at
+    the text after an assignment, which must not change after it.
+    """
+    lowered = _lower(text)
     if not any(h in lowered for h in _KEYWORD_HINTS):
         return text
-    pieces: list[str] = []
-    last = 0
-    for m in _ASSIGN.finditer(lowered):
-        new = _assign(m, text)
-        if new is not None:
-            pieces += (text[last : m.start()], new)
-            last = m.end()
-    if not pieces:
-        return text
-    pieces.append(text[last:])
-    return "".join(pieces)
+    if "pass" in lowered or "pwd" in lowered:
+        prose = [(*span, REDACTED) for m in _PROSE.finditer(lowered) if (span := _prose(m, text, lowered))]
+        if prose:
+            text = _splice(text, prose)
+            # The same spans in the lower-cased copy: far cheaper than lowering tens of MB again.
+            lowered = _splice(lowered, [(start, end, _lower(new)) for start, end, new in prose])
+    spans = [(m.start(), m.end(), new) for m in _ASSIGN.finditer(lowered) if (new := _assign(m, text)) is not None]
+    return _splice(text, spans) if spans else text
 
 
 # --- public API -------------------------------------------------------------
@@ -284,8 +471,10 @@ def redact(text: str) -> str:
         new = pattern.sub(repl, text)
         if new != text:  # re.sub hands back the same object when nothing matched
             text = new
+    # After the named shapes, so a key id or token found above is not judged again.
+    text = _redact_aws_secrets(text)
     # Last, so values already redacted above are recognised and left alone.
-    return _redact_assignments(text)
+    return _redact_names(text)
 
 
 def redact_value(obj: Any) -> Any:

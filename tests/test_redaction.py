@@ -268,10 +268,13 @@ def test_fifty_megabytes() -> None:
 FRAGMENTS = [text for text, _ in SECRETS] + NEAR_MISSES + [
     ANTHROPIC, OPENAI, GHP, GH_PAT, SLACK, AWS_ID, JWT, PEM, "password", "token", "Bearer", "-", "--", "=", ":",
     '"', "'", "\\", "\n", " ", R, "sk-", "AKIA", "://", "@", "-----BEGIN PRIVATE KEY-----", "İ",
+    # the bare AWS secret and prose rules: values glued to keys, quotes and redactions
+    AWS_SECRET, AWS_SECRET[:39], "+", "/", "\\n", "my password is ", "passphrase is ", "pwd was ", "hunter2",
+    "correct horse", "password's ", "`", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "AIzaSyBn7Ck1_Xq4mZ8pL2vT9wR6yU3sE0aD5fG",
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12)), max_size=12))
 def test_redact_is_idempotent(parts: list[str]) -> None:
     once = redact("".join(parts))
@@ -279,7 +282,8 @@ def test_redact_is_idempotent(parts: list[str]) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from([ANTHROPIC, OPENAI, GHP, GH_PAT, SLACK, AWS_ID, JWT]), min_size=1, max_size=5),
+@given(st.lists(st.sampled_from([ANTHROPIC, OPENAI, GHP, GH_PAT, SLACK, AWS_ID, AWS_SECRET, JWT]),
+                min_size=1, max_size=5),
        st.lists(st.sampled_from(["hello", "max_tokens=4000", "the token", "x"]), max_size=5))
 def test_embedded_keys_never_survive(keys: list[str], words: list[str]) -> None:
     text = " ".join(words + keys + words)
