@@ -10,6 +10,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MPLCONFIGDIR=/tmp/matplotlib \
     BATON_SCENARIOS_DIR=/app/scenarios
 
+# bubblewrap: the sandbox of the agents' Bash tool (agents/tools/bash.py); without it an
+# enabled Bash refuses to run. It also needs user namespaces (docs/deployment.md, "The Bash tool").
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends bubblewrap \
+ && rm -rf /var/lib/apt/lists/*
+
 # Dependencies first, read from pyproject.toml alone, so a code change does not
 # reinstall them.
 WORKDIR /src

@@ -62,10 +62,16 @@ class ModelSettings(BaseModel):
     max_output_tokens: int | None = Field(None, gt=0, description="the model's largest max_tokens")
 
 
+# bwrap: Bash runs in a bubblewrap sandbox (agents/tools/bash.py); none: on the host,
+# unconfined, only ever by an operator's explicit choice.
+BashSandbox = Literal["bwrap", "none"]
+
+
 class ToolSettings(BaseModel):
     model_config = _STRICT
 
     bash_enabled: bool = Field(False, description="the Bash tool is off by default, enabled per role")
+    bash_sandbox: BashSandbox = Field("bwrap", description="bwrap, or none to run Bash unconfined")
     bash_timeout_s: float = Field(60.0, gt=0)
     output_cap_chars: int = Field(30_000, gt=0, description="tool output kept per call")
     eval_timeout_s: float = Field(10.0, gt=0, description="time limit per evaluated sample")
