@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
 
 from agents.config import AgentConfig
 from agents.models import API_KEY_ENV, Model, ModelError
@@ -12,24 +14,49 @@ from agents.models import API_KEY_ENV, Model, ModelError
 log = logging.getLogger(__name__)
 
 
-def model_for(config: AgentConfig, env: Mapping[str, str] | None = None) -> Model:
-    """``backend = "auto"`` picks Anthropic when ``ANTHROPIC_API_KEY`` is set, otherwise
-    the simulated model, and says so: a simulated run must never pass for a real one."""
+def backend_for(config: AgentConfig, env: Mapping[str, str] | None = None) -> Literal["anthropic", "simulated"]:
+    """``backend = "auto"`` means Anthropic when ``ANTHROPIC_API_KEY`` is set, otherwise the simulated model."""
     env = os.environ if env is None else env
     backend = config.model.backend
     if backend == "auto":
         backend = "anthropic" if env.get(API_KEY_ENV) else "simulated"
-    if backend == "anthropic":
-        if not env.get(API_KEY_ENV):
-            raise ModelError(f"{config.role}.backend is 'anthropic' but {API_KEY_ENV} is not set; "
-                             "export the key, or set backend = 'simulated' to run offline")
+    if backend == "anthropic" and not env.get(API_KEY_ENV):
+        raise ModelError(f"{config.role}.backend is 'anthropic' but {API_KEY_ENV} is not set; "
+                         "export the key, or set backend = 'simulated' to run offline")
+    return "anthropic" if backend == "anthropic" else "simulated"
+
+
+def scenario_brief(root: Path) -> str:
+    """The scenario's brief.md; empty without one (no script has an empty brief, so it is refused)."""
+    path = root / "brief.md"
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+def check_model(config: AgentConfig, brief: str, env: Mapping[str, str] | None = None,
+                what: str = "this scenario's brief.md") -> None:
+    """What ``model_for`` would refuse, without building a model (no SDK import, no client): a command
+    calls it before it writes anything, so a refused run leaves the folder as it was."""
+    if backend_for(config, env) == "simulated":
+        from agents.simulated import script_for_brief
+
+        script_for_brief(brief, what)
+
+
+def model_for(config: AgentConfig, env: Mapping[str, str] | None = None, brief: str | None = None) -> Model:
+    """The model of ``config``'s backend (``backend_for``), and a warning when it is the simulated one: a
+    simulated run must never pass for a real one. The simulated model plays the script written for
+    ``brief`` (the scenario's brief.md) and refuses any other brief (``UnknownBrief``); without a brief
+    it chooses per request, from what each request shows of it."""
+    env = os.environ if env is None else env
+    if backend_for(config, env) == "anthropic":
         # The SDK costs about a second to import: only when it is used.
         from agents.anthropic_model import AnthropicModel
 
         return AnthropicModel(api_key=env[API_KEY_ENV])
     # Like the SDK, only when it is used: a real run never loads the simulated model or its scenario script.
-    from agents.simulated import SimulatedModel
+    from agents.simulated import SimulatedModel, script_for_brief
 
+    script = script_for_brief(brief) if brief is not None else None
     log.warning("%s agent: using the SIMULATED model (offline, deterministic); set %s for Claude",
                 config.role, API_KEY_ENV)
-    return SimulatedModel()
+    return SimulatedModel(script)

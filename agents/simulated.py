@@ -7,8 +7,21 @@ real files. The same request always gets the same response.
 
 The model itself knows no scenario. What to write, read, fix and hand off is a
 *script* (``SimulationScript``), one per example scenario, kept beside it as
-``scenarios/_simulations/<name>.py`` and loaded by name (``load_script``). The
-model brings the machinery every script shares:
+``scenarios/_simulations/<name>.py``. A script is chosen by the scenario's
+**brief**, never by default: each script declares the fingerprint of the brief.md
+it was written for (``BRIEF_SHA256``), and ``script_for_brief`` finds the one whose
+fingerprint matches. Any other brief (a new scenario, an edited example) is refused
+with ``UnknownBrief`` before the first step, saying what to do (set
+``ANTHROPIC_API_KEY``, or ``baton new NAME --from <example>``): the simulated model
+plays the shipped examples and nothing else. A copy of an example under another
+name has the same brief, so it runs.
+
+A model built without a script (``SimulatedModel()``, as the fake API has it: it
+sees requests, not folders) chooses per request: by the brief the conversation
+quotes (a whole Read of brief.md), else by the example its opening names
+(``Scenario: <name>``): through the fake API, a copy under another name is refused.
+
+The model brings the machinery every script shares:
 
 - Where am I? Every reply carries a small state marker
   ``<sim_state>{...}</sim_state>`` in its text. The last assistant message is
@@ -46,9 +59,10 @@ from context.tokens import count_text
 LABEL = "simulated"
 STATE_TAG = re.compile(r"<sim_state>(.*?)</sim_state>", re.DOTALL)
 ITERATION = re.compile(r"^Iteration: (\d+)", re.MULTILINE)
+SCENARIO = re.compile(r"^Scenario: (\S+)", re.MULTILINE)
 SUMMARY_ASK = "<compact_summary>"
-# Today the simulated model plays the one example there is; a model built without a script name plays it.
-DEFAULT_SCRIPT = "refund_desk"
+BRIEF = "brief.md"
+NUMBERED_LINE = re.compile(r"^ *\d+\t", re.MULTILINE)  # Read's line numbers ("     1\t")
 
 ToolCall = tuple[str, dict[str, Any]]  # (tool name, input)
 ToolResult = tuple[str, dict[str, Any], dict[str, Any]]  # (tool name, input, parsed result envelope)
@@ -59,6 +73,10 @@ class SimulationError(ModelError):
     """The script cannot go on (an unknown script or scenario, a tool it cannot recover from)."""
 
 
+class UnknownBrief(SimulationError):
+    """The brief is not one the simulated model has a script for: it must not pretend to design it."""
+
+
 class SimulationScript(Protocol):
     """What a scenario's script (``scenarios/_simulations/<name>.py``) provides, as module-level names.
 
@@ -67,6 +85,7 @@ class SimulationScript(Protocol):
     move played) and ``round`` (which opening the plan answers).
     """
 
+    BRIEF_SHA256: str  # ``brief_fingerprint`` of the brief.md the script was written for
     MOVES: Mapping[str, Move]  # by the part of a move's name before the first ':'
 
     def new_plan(self, role: str, iteration: int, opening: str) -> dict[str, Any]:
@@ -82,7 +101,7 @@ class SimulationScript(Protocol):
         ...
 
 
-# ---- loading a script by name -------------------------------------------------------------
+# ---- loading a script by its file's name ---------------------------------------------------
 
 
 def _scripts_folder() -> Path:
@@ -127,6 +146,39 @@ def load_script(name: str) -> SimulationScript:
     return _scripts[name]
 
 
+# ---- choosing a script by its brief ------------------------------------------------------
+
+
+def brief_fingerprint(text: str) -> str:
+    """sha256 of the brief's text with every run of whitespace made one space.
+
+    Exact content, not key phrases: a script's design, data and samples answer every rule of
+    its brief, so a brief with one rule changed (a 14-day window instead of 30) must be refused,
+    not "succeed" with the old design. Whitespace is normalised so that re-wrapped lines, CRLF
+    line endings (a Windows checkout) or a trailing newline do not refuse the example itself."""
+    return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
+
+
+def unknown_brief(problem: str) -> UnknownBrief:
+    """The refusal every path gives (CLI, workers, fake API): ``problem``, then what the model knows and what to do."""
+    examples = known_scripts()
+    return UnknownBrief(
+        f"{problem}. The simulated model (baton's model when ANTHROPIC_API_KEY is not set, and the one "
+        f"`baton fake-api` answers with) only drives the examples that ship with baton "
+        f"({', '.join(examples) or 'none'}), recognised by their unedited brief.md. To run this scenario with "
+        f"Claude, set ANTHROPIC_API_KEY to a real key (and no ANTHROPIC_BASE_URL pointing at `baton fake-api`); "
+        f"or start from an example: `baton new NAME --from {examples[0] if examples else 'EXAMPLE'}`")
+
+
+def script_for_brief(brief: str, what: str = "this scenario's brief.md") -> str:
+    """The name of the script written for ``brief`` (its ``BRIEF_SHA256`` matches), or ``UnknownBrief``."""
+    fingerprint = brief_fingerprint(brief)
+    for name in known_scripts():
+        if load_script(name).BRIEF_SHA256 == fingerprint:
+            return name
+    raise unknown_brief(f"{what} is not the brief of an example the simulated model can play")
+
+
 # ---- reading the request ----------------------------------------------------------------
 
 
@@ -162,6 +214,35 @@ class Conversation:
             if msg.role == "user" and ITERATION.search(msg.text):
                 return i, msg.text
         return None
+
+    def script_name(self) -> str:
+        """For a model built without a script: the script of the brief this conversation quotes (a whole
+        Read of brief.md), else of the example its opening names. The name is the fallback only because
+        a turn's first request has not read the brief yet, and Execute never reads it."""
+        quoted = self.quoted_brief()
+        if quoted is not None:
+            return script_for_brief(quoted, "the brief.md this request quotes")
+        named = [found for msg in self.messages if msg.role == "user" for found in SCENARIO.findall(msg.text)]
+        if named and named[-1] in known_scripts():
+            return named[-1]
+        # A copy of an example under another name ends up here too: the request names it, not its brief.
+        scenario = f"scenario {named[-1]!r}" if named else "a scenario it does not name"
+        raise unknown_brief(f"this request is for {scenario}, not an example the simulated model can play (a "
+                            "model that sees requests only goes by the scenario's name until one quotes its brief.md)")
+
+    def quoted_brief(self) -> str | None:
+        """The text of brief.md from the last Read that returned all of it, Read's line numbers removed."""
+        reads = {u.id for m in self.messages for u in m.tool_uses
+                 if u.name == "Read" and str(u.input.get("path", "")).removeprefix("./") == BRIEF}
+        found = None
+        for msg in self.messages:
+            for block in msg.tool_results if msg.role == "user" else []:
+                data = parse_envelope(block.text).get("data") if block.tool_use_id in reads else None
+                # A compressed or capped result is no envelope; a partial Read is not the whole brief.
+                if isinstance(data, dict) and data.get("start_line") == 1 and \
+                        data.get("end_line") == data.get("total_lines") and isinstance(data.get("content"), str):
+                    found = NUMBERED_LINE.sub("", data["content"])
+        return found
 
     def last_results(self) -> list[ToolResult]:
         """(tool name, input, parsed envelope) for the results in the last user message."""
@@ -222,18 +303,21 @@ class SimulatedModel:
 
     label = LABEL
 
-    def __init__(self, script: str = DEFAULT_SCRIPT) -> None:
-        self.script = load_script(script)
+    def __init__(self, script: str | None = None) -> None:
+        """``script``: the one to play, from the scenario's brief (``script_for_brief``); None: chosen per
+        request from what the request shows of the brief (``Conversation.script_name``)."""
+        self.script = load_script(script) if script is not None else None
         self.requests: list[str] = []  # fingerprints of every request, for tests
 
     def create(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request.fingerprint())
         convo = Conversation.of(request)
+        script = self.script or load_script(convo.script_name())
         if request.purpose == "summary" or convo.wants_summary():
-            blocks: list[Any] = [TextBlock(text=_summary(self.script, convo))]
+            blocks: list[Any] = [TextBlock(text=_summary(script, convo))]
             stop = "end_turn"
         else:
-            blocks = Planner(self.script, convo).reply()
+            blocks = Planner(script, convo).reply()
             stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in blocks) else "end_turn"
         return ModelResponse(id=f"msg_sim_{request.fingerprint()}", model=f"{request.model} ({LABEL})", content=blocks,
                              stop_reason=stop, usage=_usage(request, convo.messages, blocks), simulated=True)

@@ -1,9 +1,10 @@
 """The simulated model's script for the refund-desk example scenario.
 
 The simulated model (``agents.simulated``) is a script player, not a language
-model; it loads this file by name (``load_script("refund_desk")``) and plays
-it. Here are the plans of each turn, the moves they are made of, the handoffs,
-the compaction summaries, and the documents and code the agents write for
+model; it plays this file for a scenario whose brief.md is the refund-desk
+example's (``BRIEF_SHA256``, matched by ``agents.simulated.script_for_brief``).
+Here are the plans of each turn, the moves they are made of, the handoffs, the
+compaction summaries, and the documents and code the agents write for
 ``scenarios/refund_desk``. Iteration 1 contains deliberate mistakes so the
 evaluation finds real failures in every layer:
 
@@ -17,8 +18,9 @@ Execute fixes L2-L4 with Edit after reading the report; Init's redesign adds
 rule R8 (precedence), which fixes L1, so iteration 2 passes.
 
 This file is baton's, not the scenario's: it sits outside the scenario folder
-(``scenarios/_simulations/``), so no agent lists or reads it. For a brief it
-does not know, the Execute plan says so instead of pretending.
+(``scenarios/_simulations/``), so no agent lists or reads it. A brief it was
+not written for never reaches it: the simulated model refuses that brief
+before the first step.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ import json
 import re
 from typing import Any
 
-from agents.simulated import COMMON_MOVES, Move, SimulationError, ToolCall, ToolResult, handoff_payload
+from agents.simulated import COMMON_MOVES, Move, ToolCall, ToolResult, handoff_payload
 
+# brief_fingerprint(scenarios/refund_desk/brief.md): editing that brief means revisiting this script (the design,
+# data and samples below answer its rules), then updating this line; tests/test_simulated_briefs.py checks it.
+BRIEF_SHA256 = "eef57de473c6fc7006a75661299b9fc4cfefb6f1f8733e90d3a7476fdc8e3cef"
 DESIGN_FILES = ["design/scenario_design.md", "design/business_rules.md", "design/format_spec.md"]
 SAMPLES_PER_WRITE = 2
 
@@ -38,10 +43,6 @@ SAMPLES_PER_WRITE = 2
 def new_plan(role: str, iteration: int, opening: str) -> dict[str, Any]:
     if role == "execute":
         payload = handoff_payload(opening, "init_to_execute") or {}
-        if "refund" not in json.dumps(payload).lower():
-            raise SimulationError(
-                "the simulated model only knows the refund-desk example scenario; "
-                "set ANTHROPIC_API_KEY to run this scenario with Claude")
         queue = ["todo", "read:design/format_spec.md", "read:design/business_rules.md",
                  "read:design/scenario_design.md", "write_tools", "write_data", "write_checker"]
         queue += [f"samples:{k}" for k in range(0, 10, SAMPLES_PER_WRITE)] + ["evaluate"]
