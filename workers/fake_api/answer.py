@@ -26,7 +26,8 @@ def model_request(checked: CheckedRequest, betas: list[str]) -> ModelRequest:
 
 
 def answer(model: SimulatedModel, checked: CheckedRequest, betas: list[str], cache: CacheUse) -> dict[str, Any]:
-    """The simulated model's reply as a Messages API body; a script that cannot go on is a 400."""
+    """The simulated model's reply as a Messages API body; a brief it has no script for (``UnknownBrief``)
+    or a script that cannot go on is a 400."""
     try:
         response = model.create(model_request(checked, betas))
     except ModelError as err:

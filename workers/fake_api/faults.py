@@ -13,7 +13,8 @@
 
 A fault applies to a request whose raw JSON body contains ``match`` (any request when
 it is omitted); each one serves ``count`` requests, in the order they were queued.
-Transport faults (429, 529, 5xx, latency, malformed bodies) are AgentBreak's (docs/fake-api.md).
+Transport faults (429, 529, 5xx, stalls, malformed bodies) are AgentBreak's (docs/fake-api.md); the
+steady wait of a real model is ``latency``.
 """
 
 from __future__ import annotations

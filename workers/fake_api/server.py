@@ -2,7 +2,8 @@
 
 | route | what |
 |---|---|
-| ``POST /v1/messages`` | checked (``rules``), maybe faulted (``faults``), answered (``answer``), cache-accounted |
+| ``POST /v1/messages`` | checked (``rules``), maybe faulted (``faults``), answered (``answer``), cache-accounted, |
+| | then held back by the injected delay (``latency``) |
 | ``POST /v1/messages/count_tokens`` | ``{"input_tokens": N}``, the same count |
 | ``GET /v1/models``, ``GET /v1/models/{id}`` | the catalogue (``catalogue``) |
 | ``POST /faults``, ``GET /faults``, ``DELETE /faults`` | queue, list, clear model faults |
@@ -11,6 +12,12 @@
 ``/v1/`` routes need a key and ``anthropic-version``. The key is an ``x-api-key`` header
 or, as SDK 2.x sends it, ``Authorization: Bearer <key>``; any value will do (the double
 checks presence only). It is never logged, stored or echoed.
+
+Each request has its own thread (``ThreadingHTTPServer``), so a reply held back by
+``latency`` or a ``hang`` fault never holds up another request. What the threads share is
+locked where it changes: ``Stats``, ``PromptCache``, ``FaultQueue`` and the jitter RNG of
+``Latency``; the catalogue is read-only once built and the simulated model keeps no
+per-request state (its script plays from the conversation each request carries).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from workers.fake_api.answer import answer
 from workers.fake_api.cache import PromptCache
 from workers.fake_api.catalogue import Catalogue, CatalogueError
 from workers.fake_api.faults import FaultOrder, FaultQueue, apply
+from workers.fake_api.latency import Latency
 from workers.fake_api.rules import ApiError, check, invalid
 from workers.fake_api.stats import Stats
 
@@ -57,6 +65,7 @@ class FakeApi:
     stats: Stats = field(default_factory=Stats)
     model: SimulatedModel = field(default_factory=SimulatedModel)
     hang_s: float = DEFAULT_HANG_S
+    latency: Latency = field(default_factory=Latency)  # none by default
     sleep: Callable[[float], None] = time.sleep
 
     def handle(self, method: str, url: str, headers: dict[str, str], body: bytes) -> Reply:
@@ -118,7 +127,19 @@ class FakeApi:
         elif message["usage"]["output_tokens"] > max_tokens:
             message = apply("max_tokens_cut", message, max_tokens)  # the limit is real: a longer reply stops at it
         self.stats.usage(use, message["usage"]["output_tokens"], message["stop_reason"], purpose)
+        self.wait(checked.model.id, message["usage"]["output_tokens"])
         return Reply(200, message)
+
+    def wait(self, model_id: str, output_tokens: int) -> None:
+        """Hold the reply as a real model would (``latency``): time to first token, then the output's time.
+
+        Only message replies wait, after the answer is ready, so the wait is all injected delay, none of it work.
+        """
+        if not self.latency.active:
+            return
+        delay = self.latency.delay(model_id, output_tokens)
+        self.sleep(delay.total_s)
+        self.stats.delay(model_id, delay)
 
     def models_page(self, query: dict[str, list[str]]) -> dict[str, Any]:
         def one(name: str) -> str | None:
@@ -214,6 +235,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's listen backlog is 5: a benchmark opening 50 connections at once saw some reset
+    # ("Connection reset by peer") before the accept loop took them. Each accepted one gets its own thread.
+    request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], api: FakeApi) -> None:
         super().__init__(address, _Handler)

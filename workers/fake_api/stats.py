@@ -1,12 +1,16 @@
-"""What ``GET /stats`` reports: requests per endpoint and per model, token totals, faults and errors served."""
+"""What ``GET /stats`` reports: requests per endpoint and per model, token totals, faults and errors served,
+and the delay injected (``latency``), so a benchmark can tell waiting from work."""
 
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, defaultdict, deque
 from typing import Any
 
 from workers.fake_api.cache import CacheUse
+from workers.fake_api.latency import Delay
+
+RECENT_DELAYS = 100
 
 
 class Stats:
@@ -19,6 +23,10 @@ class Stats:
         self.stop_reasons: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()  # "400 invalid_request_error"
+        self.delayed = 0  # message requests the latency settings delayed
+        self.delay_s: defaultdict[str, float] = defaultdict(float)  # total_s, first_token_s, output_s, max_s
+        self.delay_by_model: defaultdict[str, float] = defaultdict(float)  # model id -> seconds waited
+        self.recent_delays: deque[float] = deque(maxlen=RECENT_DELAYS)  # bounded: a long benchmark stays small
 
     def request(self, endpoint: str) -> None:
         with self._lock:
@@ -44,6 +52,16 @@ class Stats:
         with self._lock:
             self.errors[f"{status} {error_type}"] += 1
 
+    def delay(self, model_id: str, delay: Delay) -> None:
+        with self._lock:
+            self.delayed += 1
+            self.delay_s["total_s"] += delay.total_s
+            self.delay_s["first_token_s"] += delay.first_token_s
+            self.delay_s["output_s"] += delay.output_s
+            self.delay_s["max_s"] = max(self.delay_s["max_s"], delay.total_s)
+            self.recent_delays.append(delay.total_s)
+            self.delay_by_model[model_id] += delay.total_s
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             return {
@@ -54,4 +72,16 @@ class Stats:
                 "stop_reasons": dict(self.stop_reasons),
                 "faults": dict(self.faults),
                 "errors": dict(self.errors),
+                "delay": self._delay_snapshot(),
             }
+
+    def _delay_snapshot(self) -> dict[str, Any]:
+        """Seconds the double waited on purpose (``latency``), apart from the time it took to answer."""
+        return {
+            "requests": self.delayed,
+            **{key: self.delay_s[key] for key in ("total_s", "first_token_s", "output_s")},
+            "mean_s": self.delay_s["total_s"] / self.delayed if self.delayed else 0.0,
+            "max_s": self.delay_s["max_s"],
+            "by_model": dict(self.delay_by_model),
+            "recent_s": list(self.recent_delays),  # the last RECENT_DELAYS waits, oldest first
+        }
