@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agents.agent import Agent
 from agents.config import ConfigError
-from agents.disk import AgentDisk
+from agents.disk import AgentDisk, note_discarded
 from agents.events import CompactionRecord, WarningEvent
 from agents.models import ModelError, ModelRequest, ModelUnavailable
 from agents.outcomes import CompactionOutcome
@@ -23,12 +23,31 @@ from agents.settings_layers import load_scenario_config
 from context.assembly import StaticPrefix
 from context.compaction import KnownFacts, SummaryCall, SummaryReply, SummaryRequest
 from context.summary_schemas import SUMMARY_SCHEMAS
+from scenarios.lease import LeaseLost
 from scenarios.store import Layout, read_json, relative
 
 
-def run_compaction(root: Path, agent: Agent, after_step: int | None = None) -> CompactionOutcome:
-    """Compact ``agent``'s context once for the state after step ``after_step`` (fencing token)."""
-    disk = AgentDisk.load(root, agent.role)
+def run_compaction(root: Path, agent: Agent, after_step: int | None = None, *, force: bool = False
+                   ) -> CompactionOutcome:
+    """Compact ``agent``'s context once for the state after step ``after_step`` (which task asked).
+
+    Only when a step asked for it (``AgentState.compaction_due``), unless ``force``: duplicate,
+    late and stray tasks make no summary call (tests and operators force one).
+    """
+    skipped = _not_due(AgentDisk.load(root, agent.role), agent, after_step, force)  # strays take no lease
+    if skipped is not None:
+        return skipped
+    disk = AgentDisk.claim(root, agent.role)
+    try:
+        return _compact(disk, agent, after_step, force)
+    except LeaseLost as exc:
+        note_discarded(disk.layout, agent.role, after_step or 0, str(exc))
+        return CompactionOutcome(agent=agent.role, status="skipped", after_step=after_step or 0,
+                                 skip="lease_lost", reason=str(exc))
+
+
+def _not_due(disk: AgentDisk, agent: Agent, after_step: int | None, force: bool) -> CompactionOutcome | None:
+    """Why no compaction should run now (a stale, duplicate or stray task), or None when one is due."""
     last = disk.last_step()
     done = last.step if last else 0
     if disk.pending():
@@ -40,6 +59,18 @@ def run_compaction(root: Path, agent: Agent, after_step: int | None = None) -> C
     if disk.compacted_after() == done and not disk.state.force_compaction:
         return CompactionOutcome(agent=agent.role, status="skipped", after_step=done, skip="already_compacted",
                                  reason=f"already compacted after step {done}")
+    if disk.state.compaction_due != done and not disk.state.force_compaction and not force:
+        return CompactionOutcome(agent=agent.role, status="skipped", after_step=done, skip="not_due",
+                                 reason=f"no step asked for a compaction after step {done}")
+    return None
+
+
+def _compact(disk: AgentDisk, agent: Agent, after_step: int | None, force: bool) -> CompactionOutcome:
+    skipped = _not_due(disk, agent, after_step, force)  # the log may have moved on between the read and the claim
+    if skipped is not None:
+        return skipped
+    last = disk.last_step()
+    done = last.step if last else 0
     history = disk.history()
     assembler = agent.assembler(disk, history)
     # The compactor the policy names; the role's summary schema is an input, not a branch inside it.
@@ -58,6 +89,7 @@ def run_compaction(root: Path, agent: Agent, after_step: int | None = None) -> C
     if disk.state.force_compaction:
         disk.state.too_long_after_compaction += 1
     disk.state.force_compaction = False
+    disk.state.compaction_due = None
     disk.save_state()
     return CompactionOutcome(agent=agent.role, status="compacted", after_step=done, event_id=event.id,
                              fallback=event.fallback, tokens_before=event.tokens_before,

@@ -6,17 +6,24 @@
 is never rewritten: what the model sees is derived from it on every call
 (``context.assembly``). Everything is loaded fresh per step, so any process can
 run the next step of any agent.
+
+A disk that will be written is loaded with ``claim``: it takes the agent's lease
+(``scenarios.lease``) first, and every write below lands only while that lease
+is current. An assistant record carries its step event, so a crash between the
+log append and the event costs nothing: the event is derived from the log on
+load (``owed``) and written by the next claimant.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.events import CompactionRecord, Event, append_event, now, read_events
+from agents.events import CompactionRecord, Event, HandoffEvent, StepEvent, append_event, now, read_events
 from agents.role import Role
 from agents.tools.base import parse_envelope
 from context.compaction import CircuitBreaker
@@ -24,7 +31,10 @@ from context.compression import archive_ref
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, parse_message
 from context.redaction import redact_message
+from scenarios.lease import Lease
 from scenarios.store import Layout, append_jsonl, read_json, read_jsonl, write_json
+
+log = logging.getLogger(__name__)
 
 
 class AgentState(BaseModel):
@@ -34,8 +44,12 @@ class AgentState(BaseModel):
     breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
     tool_memory: dict[str, Any] = Field(default_factory=dict)
     force_compaction: bool = False  # the API said "prompt too long"
+    # The last finished step after which a step asked for a compaction; cleared by the compaction.
+    # A compaction task runs only when this names the log's last step (duplicates and strays do nothing).
+    compaction_due: int | None = None
     too_long_after_compaction: int = 0
     nudges: int = 0
+    estimator_step: int = 0  # the last step whose usage ``estimator`` has learned from
 
 
 class LogRecord(BaseModel):
@@ -49,6 +63,10 @@ class LogRecord(BaseModel):
     key: str | None = None  # idempotency key of an opening
     model: str | None = None
     request: str | None = None  # fingerprint of the request that produced an assistant message
+    # An assistant record's step event and the estimator after learning from it, written with it so
+    # that a crash before events.jsonl and agent.json got their copies loses nothing (AgentDisk.claim).
+    event: dict[str, Any] | None = None
+    estimator: dict[str, Any] | None = None
     at: str = ""
 
 
@@ -62,10 +80,27 @@ class AgentDisk:
     events: list[Event] = field(default_factory=list)
     state: AgentState = field(default_factory=AgentState)
     problems: list[str] = field(default_factory=list)
+    lease: Lease | None = None  # set by claim: the writes below land only while it is current
+    owed: list[Event] = field(default_factory=list)  # events the log shows but events.jsonl lacks
 
     @classmethod
-    def load(cls, root: Path, agent: Role) -> AgentDisk:
-        disk = cls(Layout(Path(root)), agent)
+    def claim(cls, root: Path, agent: Role) -> AgentDisk:
+        """Take the agent's lease (every earlier writer's is lost), load, and write the events a crash left owed."""
+        disk = cls.load(root, agent, Lease.claim(Layout(Path(root)).lease(agent)))
+        for event in disk.owed:
+            append_event(disk.layout.events(agent), event, disk.lease)
+        disk.owed = []
+        last = disk.last_step()
+        if last is not None and last.estimator and last.step > disk.state.estimator_step:
+            # A crash between the log append and agent.json: the estimator learns what it had learned.
+            disk.state.estimator, disk.state.estimator_step = last.estimator, last.step
+            disk.state.too_long_after_compaction = 0
+            disk.save_state()
+        return disk
+
+    @classmethod
+    def load(cls, root: Path, agent: Role, lease: Lease | None = None) -> AgentDisk:
+        disk = cls(Layout(Path(root)), agent, lease=lease)
         log = read_jsonl(disk.layout.log(agent))
         for number, raw in enumerate(log.records, start=1):
             try:
@@ -81,7 +116,24 @@ class AgentDisk:
                 disk.state = AgentState.model_validate(read_json(path, f"{agent} agent state"))
             except ValueError as exc:  # a broken state file costs calibration, never the run
                 disk.problems.append(f"{path.name} unreadable, starting fresh: {exc}")
+        disk.owed = disk._owed_events()
+        disk.events += disk.owed
         return disk
+
+    def _owed_events(self) -> list[Event]:
+        """The step and handoff events the log proves happened but events.jsonl lacks (a crash in between)."""
+        stepped = {e.step for e in self.events if isinstance(e, StepEvent)}
+        handed = {e.step for e in self.events if isinstance(e, HandoffEvent)}
+        owed: list[Event] = []
+        for rec in self.records:
+            if rec.kind == "assistant" and rec.event and rec.step not in stepped:
+                owed.append(StepEvent.model_validate(rec.event))
+            elif rec.kind == "results" and rec.step not in handed:
+                path = next((handoff_path_of(b) for b in parse_message(rec.message).tool_results
+                             if accepted_handoff(b)), None)
+                if path is not None:
+                    owed.append(HandoffEvent(step=rec.step, iteration=rec.iteration, path=path, at=rec.at or now()))
+        return owed
 
     # -- reading
 
@@ -147,20 +199,29 @@ class AgentDisk:
     def append(self, kind: str, step: int, iteration: int, message: Message, **extra: Any) -> LogRecord:
         rec = LogRecord(seq=len(self.records) + 1, kind=kind, step=step, iteration=iteration,
                         message=redact_message(message).api, at=now(), **extra)
-        append_jsonl(self.layout.log(self.agent), rec.model_dump(exclude_none=True))
+        append_jsonl(self.layout.log(self.agent), rec.model_dump(exclude_none=True), self.lease)
         self.records.append(rec)
         return rec
 
     def event(self, event: Event) -> None:
-        append_event(self.layout.events(self.agent), event)
+        append_event(self.layout.events(self.agent), event, self.lease)
         self.events.append(event)
 
     def save_state(self) -> None:
-        write_json(self.layout.state(self.agent) / "agent.json", self.state.model_dump(mode="json"))
+        write_json(self.layout.state(self.agent) / "agent.json", self.state.model_dump(mode="json"), self.lease)
 
     def archive(self, tool_use_id: str) -> Path:
         # The same path the compressed results point the agent to.
         return self.layout.root / archive_ref(self.agent, tool_use_id)
+
+
+def note_discarded(layout: Layout, agent: Role, step: int, reason: str) -> None:
+    """Say that a writer lost its lease (``scenarios.lease``) and stopped: in the process's log, and in
+    ``discarded.jsonl`` (what ``baton status`` reports). The only write such a writer makes, without the
+    lease on purpose, and never into a state folder that was archived."""
+    log.warning("%s step %d: %s", agent, step, reason)
+    if layout.state(agent).is_dir():
+        append_jsonl(layout.state(agent) / "discarded.jsonl", {"at": now(), "step": step, "reason": reason})
 
 
 def accepted_handoff(block: ToolResultBlock) -> bool:
@@ -168,12 +229,19 @@ def accepted_handoff(block: ToolResultBlock) -> bool:
     return not block.is_error and isinstance(data, dict) and data.get("accepted") is True
 
 
+def handoff_path_of(block: ToolResultBlock) -> str | None:
+    """The payload path an accepted SubmitHandoff result names."""
+    return parse_envelope(block.text)["data"].get("path")
+
+
 def open_turn(root: Path, agent: Role, iteration: int, text: str, key: str) -> bool:
     """Append the opening user message of a turn, once per ``key`` (idempotent).
 
     Returns False when an opening with this key is already in the log.
     """
-    disk = AgentDisk.load(root, agent)
+    if any(r.kind == "opening" and r.key == key for r in AgentDisk.load(root, agent).records):
+        return False  # checked before claiming: a repeated opening must not take the lease from a running step
+    disk = AgentDisk.claim(root, agent)
     if any(r.kind == "opening" and r.key == key for r in disk.records):
         return False
     if disk.pending():

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from context.compaction_event import CompactionEvent
 from context.redaction import redact_value
+from scenarios.lease import Lease
 from scenarios.store import append_jsonl, read_jsonl
 
 
@@ -131,8 +132,9 @@ def event_record(event: Event) -> dict[str, Any]:
     return redact_value({"kind": fields.pop("kind"), "at": fields.pop("at"), **fields})
 
 
-def append_event(path: Path, event: Event) -> None:
-    append_jsonl(path, event_record(event))
+def append_event(path: Path, event: Event, lease: Lease | None = None) -> None:
+    """Append ``event``'s line (under ``lease`` when given: ``scenarios.lease``)."""
+    append_jsonl(path, event_record(event), lease)
 
 
 def parse_event(raw: Any) -> Event:

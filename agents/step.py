@@ -18,8 +18,11 @@ once more with a larger limit, then kept without its calls and the agent told);
 ``refusal`` fails the step; ``model_context_window_exceeded`` compacts like
 "prompt too long". Near the threshold the API's exact token count decides.
 
-The step number is the fencing token: step k is the k-th model response in
-the log. A call for a step that is already done, or not yet due, does nothing.
+The step number says which step a task means: step k is the k-th model response
+in the log, and a call for a step that is already done, or not yet due, does
+nothing. The agent's lease (``scenarios.lease``) fences the writes: a step claims
+it before it writes, and a writer that lost it (a worker frozen past its lock)
+has every later write refused, its work discarded and noted in ``discarded.jsonl``.
 A response that was persisted is never requested again; a crash between the
 model call and persisting its answer means that request is sent once more
 (nothing was kept, so nothing can be reused).
@@ -38,14 +41,16 @@ from typing import Any
 
 from agents.agent import Agent
 from agents.compaction_task import run_compaction
-from agents.disk import AgentDisk, LogRecord, accepted_handoff
-from agents.events import ErrorEvent, HandoffEvent, OutputCutEvent, PromptTooLongEvent, StepEvent
+from agents.disk import AgentDisk, LogRecord, accepted_handoff, handoff_path_of, note_discarded
+from agents.events import ErrorEvent, HandoffEvent, OutputCutEvent, PromptTooLongEvent, StepEvent, event_record
 from agents.models import Model, ModelError, ModelRequest, ModelResponse, PromptTooLong, TokenCounter
 from agents.outcomes import StepOutcome
-from agents.tools.base import parse_envelope, run_tool
+from agents.tools.base import Tool, ToolContext, parse_envelope, run_tool
 from context.assembly import Assembled, ContextOverflow, StaticPrefix
 from context.compaction_event import CompactionEvent
-from context.messages import Message, TextBlock, ToolResultBlock, parse_message
+from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, parse_message
+from scenarios.journal import Journal
+from scenarios.lease import LeaseLost
 from scenarios.store import write_atomic
 
 Fault = Callable[[str, int], None]  # (point, step): tests inject crashes here
@@ -82,14 +87,40 @@ def _no_fault(_point: str, _step: int) -> None:
 
 def run_step(root: Path, agent: Agent, step: int | None = None, *, fault: Fault = _no_fault) -> StepOutcome:
     """Run (or finish) one step of ``agent`` in the scenario folder ``root``."""
-    disk = AgentDisk.load(root, agent.role)
+    # A duplicate or early call is answered from a plain read: it must not take the lease
+    # from the writer that is running the step it names.
+    skipped = _not_this_step(AgentDisk.load(root, agent.role), agent, step)
+    if skipped is not None:
+        return skipped
+    disk = AgentDisk.claim(root, agent.role)
+    try:
+        return _step(disk, agent, step, fault)
+    except LeaseLost as exc:
+        return discarded(disk, _base(disk, agent), step if step is not None else disk.due(), exc)
+
+
+def _not_this_step(disk: AgentDisk, agent: Agent, step: int | None) -> StepOutcome | None:
+    due = disk.due()
+    if step is None or step == due:
+        return None
+    when = "already done" if step < due else f"not due yet (the next step is {due})"
+    return StepOutcome(step=step, status="skipped", skip="already_done" if step < due else "not_due",
+                       reason=f"step {step} is {when}; nothing to do", **_base(disk, agent))
+
+
+def discarded(disk: AgentDisk, base: dict[str, Any], step: int, exc: LeaseLost) -> StepOutcome:
+    """A newer writer took this agent over while this one worked: nothing more of it lands, and it says so."""
+    note_discarded(disk.layout, disk.agent, step, str(exc))
+    return StepOutcome(step=step, status="skipped", skip="lease_lost", reason=str(exc), **base)
+
+
+def _step(disk: AgentDisk, agent: Agent, step: int | None, fault: Fault) -> StepOutcome:
+    skipped = _not_this_step(disk, agent, step)  # the log may have moved on between the read and the claim
+    if skipped is not None:
+        return skipped
     pending = disk.pending()
     due = disk.due()
     base = _base(disk, agent)
-    if step is not None and step != due:
-        when = "already done" if step < due else f"not due yet (the next step is {due})"
-        return StepOutcome(step=step, status="skipped", skip="already_done" if step < due else "not_due",
-                           reason=f"step {step} is {when}; nothing to do", **base)
     if pending:
         return _finish_tools(disk, agent, pending, fault)
     if not disk.records:
@@ -129,11 +160,10 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
     try:
         assembled = assembler.assemble(event)
     except ContextOverflow as exc:
-        return StepOutcome(step=step, status="compaction_needed", reason=str(exc), **base)
+        return _ask_compaction(disk, step, base, str(exc))
     base["tokens_in_context"] = assembled.estimated_input
     if disk.state.force_compaction:
-        return StepOutcome(step=step, status="compaction_needed", reason="the API said the prompt is too long",
-                           **base)
+        return _ask_compaction(disk, step, base, "the API said the prompt is too long")
 
     config, static = agent.config, assembler.static
     # An earlier attempt of this step was cut and a crash came before its retry was persisted.
@@ -151,7 +181,7 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
     over = assembler.should_compact(replace(assembled, estimated_input=tokens), event)
     if over and _compaction_can_help(disk, agent, event, step):
         why = f"~{tokens} tokens in context, over the threshold of {config.context.threshold}"
-        return StepOutcome(step=step, status="compaction_needed", reason=why, **base)
+        return _ask_compaction(disk, step, base, why)
 
     started = time.monotonic()
     while True:
@@ -185,27 +215,31 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
         _record_cut(disk, step, request, response, retry_max_tokens=None)
         message = _without_tool_calls(message)
 
-    disk.append("assistant", step, disk.iteration(), message, model=agent.model.label, request=request.fingerprint())
-    disk.state.too_long_after_compaction = 0
     estimator = assembler.estimator
     estimator.observe(response.usage, assembled.messages, extra_raw_tokens=static.tokens)
-    disk.state.estimator = estimator.to_dict()
-    disk.event(
-        StepEvent(
-            step=step,
-            iteration=disk.iteration(),
-            model=agent.model.label,
-            request=request.fingerprint(),
-            usage=response.usage.model_dump(),
-            estimated_input=assembled.estimated_input,
-            threshold=config.context.threshold,
-            stop_reason=stop,
-            duration_s=round(time.monotonic() - started, 3),
-            tools=[u.name for u in message.tool_uses],
-            counted_input=counted,
-            cost_usd=agent.cost(response.usage),
-        )
+    stepped = StepEvent(
+        step=step,
+        iteration=disk.iteration(),
+        model=agent.model.label,
+        request=request.fingerprint(),
+        usage=response.usage.model_dump(),
+        estimated_input=assembled.estimated_input,
+        threshold=config.context.threshold,
+        stop_reason=stop,
+        duration_s=round(time.monotonic() - started, 3),
+        tools=[u.name for u in message.tool_uses],
+        counted_input=counted,
+        cost_usd=agent.cost(response.usage),
     )
+    # The event and what the estimator learned ride in the log record too: a crash before
+    # events.jsonl and agent.json have them loses nothing (AgentDisk.claim restores them).
+    disk.append("assistant", step, disk.iteration(), message, model=agent.model.label, request=request.fingerprint(),
+                event=event_record(stepped), estimator=estimator.to_dict())
+    fault("after_append_response", step)
+    disk.state.too_long_after_compaction = 0
+    disk.state.estimator, disk.state.estimator_step = estimator.to_dict(), step
+    disk.save_state()
+    disk.event(stepped)
     fault("after_persist_response", step)
 
     if not message.tool_uses:
@@ -323,8 +357,14 @@ def _too_long(disk: AgentDisk, step: int, base: dict[str, Any], why: str,
     if disk.state.too_long_after_compaction >= 1:
         return _fail(disk, step, base, f"still too long after a compaction: {why}")
     disk.state.force_compaction = True
-    disk.save_state()
     disk.event(PromptTooLongEvent(step=step, detail=why, usage=usage))
+    return _ask_compaction(disk, step, base, why)
+
+
+def _ask_compaction(disk: AgentDisk, step: int, base: dict[str, Any], why: str) -> StepOutcome:
+    """Record that the context after step ``step - 1`` needs compacting (the compaction task checks it), and say so."""
+    disk.state.compaction_due = step - 1
+    disk.save_state()
     return StepOutcome(step=step, status="compaction_needed", reason=why, **base)
 
 
@@ -364,28 +404,51 @@ def _finish_tools(disk: AgentDisk, agent: Agent, record: LogRecord, fault: Fault
     blocks: list[ToolResultBlock] = []
     handoff: str | None = None
     for i, use in enumerate(uses):
-        archive = disk.archive(use.id)
-        if archive.exists():  # finished before a crash: reuse, never run twice
-            text = archive.read_text(encoding="utf-8")
-        else:
-            result = run_tool(tools, use.name, dict(use.input), ctx)
-            text = result.text()
-            write_atomic(archive, text)
-            fault(f"after_tool:{i}", record.step)
+        text = _tool_result(disk, tools, ctx, use, fault, i, record.step)
         block = ToolResultBlock(
             tool_use_id=use.id, content=text, is_error=parse_envelope(text).get("status") == "error"
         )
         if use.name == "SubmitHandoff" and accepted_handoff(block):
-            handoff = parse_envelope(text)["data"].get("path")
+            handoff = handoff_path_of(block)
         blocks.append(block)
     fault("before_persist_results", record.step)
     disk.append("results", record.step, record.iteration, Message(role="user", content=blocks))
-    disk.state.tool_memory = ctx.memory
-    disk.save_state()
     if handoff is not None:
         disk.event(HandoffEvent(step=record.step, iteration=record.iteration, path=handoff))
         return StepOutcome(step=record.step, status="handoff", handoff_path=handoff, **base)
     return StepOutcome(step=record.step, status="continue", **base)
+
+
+def _tool_result(disk: AgentDisk, tools: dict[str, Tool], ctx: ToolContext, use: ToolUseBlock, fault: Fault,
+                 index: int, step: int) -> str:
+    """One tool call's result, the call run to completion at most once.
+
+    Its file changes go through its journal (``scenarios.journal``): a crash before its result
+    was archived undoes them, and the call runs again on exactly what it first saw, so it says
+    the same. The tools' memory after the call is saved with its result.
+    """
+    archive = disk.archive(use.id)
+    journal = Journal(disk.layout.root, disk.layout.journal(disk.agent, use.id), disk.lease)
+    if archive.exists():  # finished before a crash: reuse, never run twice
+        kept = journal.kept_memory()  # a crash after the archive, before the memory was saved
+        if kept is not None:
+            ctx.memory.clear()
+            ctx.memory.update(kept)
+            disk.save_state()
+        journal.drop()
+        return archive.read_text(encoding="utf-8")
+    if journal.folder.exists():
+        journal.rollback()  # a crash inside the call: what it changed goes back as it was
+    fault(f"before_tool:{index}", step)
+    ctx.files = journal
+    text = run_tool(tools, use.name, dict(use.input), ctx).text()
+    fault(f"before_archive:{index}", step)
+    journal.keep_memory(ctx.memory)
+    write_atomic(archive, text, disk.lease)
+    fault(f"after_tool:{index}", step)
+    disk.save_state()  # ctx.memory is the state's tool memory
+    journal.drop()
+    return text
 
 
 def run_turn(root: Path, agent: Agent, *, max_calls: int = 1_000, fault: Fault = _no_fault) -> StepOutcome:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from scenarios.lease import Lease
 from scenarios.store import Layout, StoreError, write_json
 
 Phase = Literal["designing", "awaiting_approval", "executing", "done"]
@@ -122,7 +123,13 @@ def archive_run(root: Path) -> Path | None:
     return target
 
 
-def save_run(root: Path, record: RunRecord) -> RunRecord:
+def claim_run(root: Path) -> Lease:
+    """Become the one writer of run.json (``scenarios.lease``): claim first, then read what to change."""
+    return Lease.claim(Layout(Path(root)).run_lease)
+
+
+def save_run(root: Path, record: RunRecord, lease: Lease | None = None) -> RunRecord:
+    """Write ``record`` as run.json; with ``lease``, only while it is current (LeaseLost otherwise)."""
     record = record.model_copy(update={"updated_at": now()})
-    write_json(Layout(Path(root)).run_json, record.model_dump(mode="json"))
+    write_json(Layout(Path(root)).run_json, record.model_dump(mode="json"), lease)
     return record

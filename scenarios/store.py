@@ -7,6 +7,10 @@ and resumed from disk alone. Two write primitives only:
   a reader sees the old file or the new one, never half of either.
 - ``append_jsonl``: one JSON object a line, fsynced before returning. A crash can
   leave a torn last line; ``read_jsonl`` reports it and ignores it.
+
+Both take the writer's ``Lease`` (``scenarios.lease``) when the write belongs to
+an agent's step: the rename or the append then lands only while that lease is
+still the current one, and a stale writer's temp file is removed.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ import json
 import os
 import re
 import tempfile
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from scenarios.lease import Lease
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 AGENTS = ("init", "execute")
@@ -53,8 +60,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file, fsync, rename)."""
+def landing(lease: Lease | None, path: Path) -> AbstractContextManager[None]:
+    """Where a write lands: under ``lease`` when there is one (LeaseLost if it was taken over)."""
+    return lease.held(path) if lease is not None else nullcontext()
+
+
+def write_atomic(path: Path, data: str | bytes, lease: Lease | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically (temp file, fsync, rename under ``lease``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
@@ -64,7 +76,8 @@ def write_atomic(path: Path, data: str | bytes) -> None:
             fh.write(raw)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with landing(lease, path):
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -74,26 +87,43 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def write_json(path: Path, value: Any) -> None:
-    write_atomic(path, json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+def json_text(value: Any) -> str:
+    """The one JSON layout of baton's files: indented, keys sorted, a final newline."""
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
 
 
-def append_jsonl(path: Path, record: Any) -> None:
+def remove(path: Path, lease: Lease | None = None) -> None:
+    """Delete ``path`` if it exists (under ``lease`` when given)."""
+    with landing(lease, path):
+        Path(path).unlink(missing_ok=True)
+
+
+def write_json(path: Path, value: Any, lease: Lease | None = None) -> None:
+    write_atomic(path, json_text(value), lease)
+
+
+def append_jsonl(path: Path, record: Any, lease: Lease | None = None) -> None:
     """Append one record as a line and fsync. A torn line left by an earlier crash
     is ended first, so it stays one bad line instead of corrupting this record."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     if "\n" in line:  # json.dumps escapes newlines; this guards the one-line invariant
         raise StoreError("a JSONL record must serialise to one line")
-    with open(path, "ab+") as fh:
-        fh.seek(0, os.SEEK_END)
-        if fh.tell() > 0:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")
-        fh.write(line.encode("utf-8") + b"\n")
-        fh.flush()
+    with landing(lease, path):  # the write under the lease (a stale writer creates nothing); the fsync after it
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "ab+")
+        try:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() > 0:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")
+            fh.write(line.encode("utf-8") + b"\n")
+            fh.flush()
+        except BaseException:
+            fh.close()
+            raise
+    with fh:
         os.fsync(fh.fileno())
 
 
@@ -193,6 +223,18 @@ class Layout:
 
     def tool_results(self, agent: str) -> Path:
         return self.state(agent) / "tool_results"
+
+    def lease(self, agent: str) -> Path:
+        return self.state(agent) / "lease.json"
+
+    def journal(self, agent: str, tool_use_id: str) -> Path:
+        """The undo log of one tool call while it runs (``scenarios.journal``)."""
+        return self.state(agent) / "journal" / tool_use_id
+
+    @property
+    def run_lease(self) -> Path:
+        """The lease of whoever moves the run on (run.json, approvals): a phase task, a command, a failed step."""
+        return self.root / "state" / "phase.lease.json"
 
 
 def inside(root: Path, relative: str) -> Path:

@@ -6,6 +6,8 @@ import json
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from agents.agent import Agent
@@ -13,9 +15,11 @@ from agents.models import ModelRequest
 from agents.openings import init_opening
 from agents.settings_layers import resolve_config
 from agents.simulated import SimulatedModel
+from workers.fake_api.server import FakeApi, Running, start
 
 KEY = "sk-ant-api03-" + "f" * 60  # what a real key looks like: it must never come back
 EPHEMERAL = {"type": "ephemeral"}
+API_HEADERS = {"x-api-key": KEY, "anthropic-version": "2026-10-21"}  # what a /v1/ route needs, for raw calls
 
 
 def free_port() -> int:
@@ -66,3 +70,13 @@ def queue_fault(base_url: str, **order: Any) -> dict[str, Any]:
     status, body = http(f"{base_url}/faults", "POST", order)
     assert status == 200, body
     return body
+
+
+@contextmanager
+def serving(api: FakeApi) -> Iterator[Running]:
+    """The double ``api`` on a free port of 127.0.0.1 for the ``with`` block."""
+    running = start(api)
+    try:
+        yield running
+    finally:
+        running.stop()

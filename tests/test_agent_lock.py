@@ -13,7 +13,7 @@ from workers import tasks
 @pytest.fixture
 def server(monkeypatch):
     client = fakeredis.FakeRedis()
-    monkeypatch.setattr(tasks, "_redis", lambda: client)
+    monkeypatch.setattr(tasks, "redis_client", lambda: client)
     monkeypatch.setattr(tasks, "LOCK_TTL_S", 1)
     monkeypatch.setattr(tasks, "LOCK_RENEW_S", 0.3)
     return client

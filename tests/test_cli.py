@@ -233,6 +233,18 @@ def test_invalid_scenario_toml(tmp_path: Path) -> None:
     assert not (root / "run.json").exists()
 
 
+@pytest.mark.parametrize("command", [("run", "refund_desk", "--auto-approve"), ("resume", "refund_desk")])
+def test_a_bad_agent_setting_stops_before_anything_is_written(tmp_path: Path, command: tuple[str, ...]) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    before = sorted(p.name for p in root.iterdir())
+    with (root / "scenario.toml").open("a") as toml:
+        toml.write('\n[agents.execute]\nthreshold = "lots"\n')
+    result = invoke(tmp_path, *command, "--profile", "demo")
+    assert result.exit_code == 2, result.output
+    assert "execute.threshold = 'lots'" in result.output and "[agents.execute]" in result.output
+    assert sorted(p.name for p in root.iterdir()) == before  # no run.json, no state/, no runs/
+
+
 def test_target_above_one_is_refused(tmp_path: Path) -> None:
     root = copy_of(EXAMPLE, tmp_path)
     toml = root / "scenario.toml"

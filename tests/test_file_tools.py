@@ -12,6 +12,7 @@ import pytest
 
 from agents.config import ToolSettings
 from agents.tools.base import ToolContext, ToolResult, definition, run_tool
+from agents.tools.bash import SandboxUnavailable, usable_bwrap
 from agents.tools.registry import FILE_TOOLS
 from context.compression import archive_ref
 from context.messages import ToolResultBlock, ToolUseBlock
@@ -26,10 +27,23 @@ def ctx(tmp_path: Path) -> ToolContext:
     return ToolContext(root=tmp_path, agent="execute", iteration=1)
 
 
+@pytest.fixture(params=["bwrap", "none"])
+def sandbox(request) -> str:
+    """Bash's behaviour holds in the bubblewrap sandbox and without it (its confinement:
+    tests/test_bash_sandbox.py); the sandbox needs a working bwrap."""
+    if request.param == "bwrap":
+        try:
+            usable_bwrap()
+        except SandboxUnavailable as exc:
+            pytest.skip(f"no working bubblewrap sandbox here ({exc})")
+    return request.param
+
+
 @pytest.fixture
-def bash_ctx(tmp_path: Path) -> ToolContext:
+def bash_ctx(tmp_path: Path, sandbox: str) -> ToolContext:
     return ToolContext(
-        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_timeout_s=20)
+        root=tmp_path, agent="execute", iteration=1,
+        settings=ToolSettings(bash_enabled=True, bash_timeout_s=20, bash_sandbox=sandbox),  # type: ignore[arg-type]
     )
 
 
@@ -371,16 +385,22 @@ def test_bash_runs_in_the_folder(bash_ctx, tmp_path):
 
 
 @pytest.mark.slow  # waits for a real timeout
-def test_bash_timeout_kills_the_process_group(bash_ctx, tmp_path):
+def test_bash_timeout_kills_the_process_group(tmp_path):
+    # Unconfined, where the child's host pid can be seen; in the sandbox: test_bash_sandbox.py
+    ctx = ToolContext(
+        root=tmp_path, agent="execute", iteration=1,
+        settings=ToolSettings(bash_enabled=True, bash_timeout_s=20, bash_sandbox="none"),
+    )
     pid_file = tmp_path / "child.pid"
-    data = good(bash_ctx, "Bash", command=f"sleep 60 & echo $! > {pid_file}; wait", timeout_s=1)
+    data = good(ctx, "Bash", command=f"sleep 60 & echo $! > {pid_file}; wait", timeout_s=1)
     assert data["timed_out"] is True and data["exit_code"] is None and "timed out" in data["note"]
     assert not running(int(pid_file.read_text()))  # the sleeping grandchild is gone, not orphaned
 
 
-def test_bash_caps_huge_output(tmp_path):
+def test_bash_caps_huge_output(tmp_path, sandbox):
     ctx = ToolContext(
-        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=2000)
+        root=tmp_path, agent="execute", iteration=1,
+        settings=ToolSettings(bash_enabled=True, output_cap_chars=2000, bash_sandbox=sandbox),  # type: ignore[arg-type]
     )
     data = good(ctx, "Bash", command="yes | head -c 20000000; echo done >&2")
     assert data["exit_code"] == 0 and len(data["stdout"]) < 2500
@@ -389,27 +409,33 @@ def test_bash_caps_huge_output(tmp_path):
 
 
 @pytest.mark.slow  # waits for a real timeout
-def test_bash_endless_output_stays_bounded(tmp_path):
+def test_bash_endless_output_stays_bounded(tmp_path, sandbox):
     ctx = ToolContext(
-        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=1000)
+        root=tmp_path, agent="execute", iteration=1,
+        settings=ToolSettings(bash_enabled=True, output_cap_chars=1000, bash_sandbox=sandbox),  # type: ignore[arg-type]
     )
     data = good(ctx, "Bash", command="yes", timeout_s=1)
     assert data["timed_out"] is True and len(data["stdout"]) < 1500
 
 
-def test_bash_does_not_see_secrets(bash_ctx, monkeypatch):
+def test_bash_does_not_see_secrets(tmp_path, monkeypatch):
+    # Unconfined, where harmless variables pass; the sandbox passes none (test_bash_sandbox.py)
+    ctx = ToolContext(
+        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_sandbox="none")
+    )
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-should-not-leak")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_should_not_leak")
     monkeypatch.setenv("BATON_HARMLESS", "visible")
-    data = good(bash_ctx, "Bash", command="env")
+    data = good(ctx, "Bash", command="env")
     assert "should-not-leak" not in data["stdout"] and "should_not_leak" not in data["stdout"]
     assert "BATON_HARMLESS=visible" in data["stdout"]
 
 
 @pytest.mark.slow  # waits for a real timeout
-def test_bash_timeout_is_capped_by_config(tmp_path):
+def test_bash_timeout_is_capped_by_config(tmp_path, sandbox):
     ctx = ToolContext(
-        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, bash_timeout_s=1)
+        root=tmp_path, agent="execute", iteration=1,
+        settings=ToolSettings(bash_enabled=True, bash_timeout_s=1, bash_sandbox=sandbox),  # type: ignore[arg-type]
     )
     assert good(ctx, "Bash", command="sleep 5", timeout_s=100)["timed_out"] is True
     assert "positive" in bad(ctx, "Bash", command="true", timeout_s=-1)
@@ -469,9 +495,10 @@ def test_refusals_are_error_results_not_exceptions(ctx):
     assert "missing required input 'path'" in bad(ctx, "Read")
 
 
-def test_bash_cut_does_not_split_characters(tmp_path):
+def test_bash_cut_does_not_split_characters(tmp_path, sandbox):
     ctx = ToolContext(
-        root=tmp_path, agent="execute", iteration=1, settings=ToolSettings(bash_enabled=True, output_cap_chars=51)
+        root=tmp_path, agent="execute", iteration=1,
+        settings=ToolSettings(bash_enabled=True, output_cap_chars=51, bash_sandbox=sandbox),  # type: ignore[arg-type]
     )
     data = good(ctx, "Bash", command=f"{sys.executable} -c \"print('é€😀' * 500)\"")
     assert "bytes omitted" in data["stdout"] and "\ufffd" not in data["stdout"]

@@ -106,15 +106,20 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_example_from_an_empty_fold
 
     empty = tmp_path / "elsewhere"
     empty.mkdir()
+    # A new brief offline: the simulated model (whose scripts ship in the wheel) knows only the examples.
     _run([baton, "new", "x"], empty, env)
-    _run([baton, "run", "x", "--auto-approve", "--profile", "demo"], empty, env)
-    record = json.loads((empty / "scenarios" / "x" / "run.json").read_text(encoding="utf-8"))
-    assert (record["phase"], record["status"]) == ("done", "succeeded"), record
+    refused = subprocess.run([baton, "run", "x", "--auto-approve", "--profile", "demo"], cwd=empty, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "--from refund_desk" in refused.stderr + refused.stdout, refused
+    assert not (empty / "scenarios" / "x" / "run.json").exists()
 
     # The example itself, from a folder that lacks it: `new --from` and `run` find the shipped copy.
     _run([baton, "new", "y", "--from", "refund_desk"], empty, env)
     example_brief = (EXAMPLES_DIR / "refund_desk" / "brief.md").read_text()
     assert (empty / "scenarios" / "y" / "brief.md").read_text() == example_brief
+    _run([baton, "run", "y", "--auto-approve", "--profile", "demo"], empty, env)
+    record = json.loads((empty / "scenarios" / "y" / "run.json").read_text(encoding="utf-8"))
+    assert (record["phase"], record["status"]) == ("done", "succeeded"), record
     done = _run([baton, "run", "refund_desk", "--auto-approve", "--profile", "demo"], empty, env)
     assert "copied the example refund_desk" in done.stdout
     record = json.loads((empty / "scenarios" / "refund_desk" / "run.json").read_text(encoding="utf-8"))

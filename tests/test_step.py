@@ -160,7 +160,7 @@ def test_prompt_too_long_becomes_one_compaction_and_one_retry(tmp_path):
     open_turn(root, "init", 1, init_opening(root.name, 1), key="iteration-1")
     first = run_step(root, team["init"])
     assert first.status == "compaction_needed" and "too long" in first.reason
-    assert run_compaction(root, team["init"]).status == "compacted"
+    assert run_compaction(root, team["init"], force=True).status == "compacted"
     assert run_step(root, team["init"]).status == "continue"
     assert model.calls == ["step", "summary", "step"]
 
@@ -171,7 +171,7 @@ def test_prompt_too_long_twice_fails_the_step(tmp_path):
     team = agents(root, model)
     open_turn(root, "init", 1, init_opening(root.name, 1), key="iteration-1")
     assert run_step(root, team["init"]).status == "compaction_needed"
-    run_compaction(root, team["init"])
+    run_compaction(root, team["init"], force=True)
     second = run_step(root, team["init"])
     assert second.status == "failed" and "still too long" in second.reason
     assert AgentDisk.load(root, "init").steps == []  # nothing half-written

@@ -153,7 +153,7 @@ def test_compaction_through_the_sdk_asks_for_text_only(tmp_path):
     agent = _agent(root, "init", api)
     open_turn(root, "init", 1, init_opening(root.name, 1), key="iteration-1")
     run_step(root, agent)
-    outcome = run_compaction(root, agent)
+    outcome = run_compaction(root, agent, force=True)
     assert outcome.status == "compacted" and not outcome.fallback
     body = json.loads(api.requests[-1].content)
     assert body["tool_choice"] == {"type": "none"} and body["max_tokens"] == agent.config.model.summary_max_tokens

@@ -245,13 +245,13 @@ def test_the_window_running_out_compacts_and_retries_once(tmp_path):
     first = run_step(root, agent)
     assert first.status == "compaction_needed" and "model_context_window_exceeded" in first.reason
     assert [(e.step, e.usage["output_tokens"]) for e in events(root, PromptTooLongEvent)] == [(1, 100)]
-    assert run_compaction(root, agent).status == "compacted"
+    assert run_compaction(root, agent, force=True).status == "compacted"
     assert run_step(root, agent).status == "continue"
     assert [r.purpose for r in model.requests] == ["step", "summary", "step"]
 
     root, agent = opened(tmp_path / "twice", Scripted(exceeded, exceeded))
     run_step(root, agent)
-    run_compaction(root, agent)
+    run_compaction(root, agent, force=True)
     second = run_step(root, agent)
     assert second.status == "failed" and "still too long" in second.reason
     assert AgentDisk.load(root, "init").steps == []

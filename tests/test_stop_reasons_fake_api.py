@@ -75,7 +75,7 @@ def test_the_window_running_out_compacts_then_the_step_goes_on(server, tmp_path)
     assert run_step(root, agent).status == "continue"
     queue_fault(server.url, fault="context_window_exceeded")
     assert run_step(root, agent).status == "compaction_needed"
-    assert run_compaction(root, agent).status == "compacted"
+    assert run_compaction(root, agent, force=True).status == "compacted"
     assert run_step(root, agent).status == "continue"
 
 
@@ -84,6 +84,6 @@ def test_a_summary_that_hangs_falls_back_within_its_budget(server, tmp_path):
     assert run_step(root, agent).status == "continue"
     queue_fault(server.url, fault="hang", hang_s=3.0, match="compact_summary")
     started = time.monotonic()
-    outcome = run_compaction(root, agent)
+    outcome = run_compaction(root, agent, force=True)
     assert time.monotonic() - started < 2.0
     assert outcome.status == "compacted" and outcome.fallback

@@ -214,7 +214,7 @@ def test_a_compaction_against_a_hanging_server_falls_back_in_time(tmp_path, hang
         assert run_step(root, sim).status == "continue"
     hanging = Agent(config, AnthropicModel(api_key=KEY, base_url=hanging_server, base_delay_s=0.01))
     started = time.monotonic()
-    outcome = run_compaction(root, hanging)
+    outcome = run_compaction(root, hanging, force=True)
     assert time.monotonic() - started < 3.0
     assert outcome.status == "compacted" and outcome.fallback
     event = AgentDisk.load(root, "init").compaction()

@@ -25,12 +25,11 @@ from tests.workers_harness import (
     WAIT_S,
     Cluster,
     FakeRedisServer,
-    Proc,
     alive,
     assert_each_response_once,
-    children,
     descendants,
     free_port,
+    freeze_inside_tool,
     signal_pids,
     wait_for,
 )
@@ -119,37 +118,6 @@ def test_run_to_done_on_three_workers(broker, request, tmp_path):
 
 
 # ---- 2. kill -9 inside a step, a new worker finishes the run ------------------------------
-
-
-def freeze_inside_tool(
-    cluster: Cluster, worker: Proc, tool: str | None = None, after_steps: int = 0
-) -> tuple[int, dict]:
-    """Wait until ``worker``'s pool process runs the tools of a persisted response (of ``tool``,
-    once the execute log has ``after_steps`` steps) and SIGSTOP it there: the response is on
-    disk, its results are not, and nothing moves until the test kills or resumes it."""
-
-    def inside() -> dict | None:
-        if len(cluster.assistant_steps("execute")) < after_steps:
-            return None
-        return cluster.pending_tool_step("execute", tool)
-
-    def frozen():
-        cluster.check_workers()
-        if inside() is None:
-            return None
-        pool = children(worker.pid)
-        if len(pool) != 1:
-            return None
-        signal_pids(pool, signal.SIGSTOP)
-        step = inside()  # still inside, now that it cannot move?
-        if step is None:
-            signal_pids(pool, signal.SIGCONT)
-            return None
-        return pool[0], step
-
-    return wait_for(
-        frozen, f"the execute worker inside a {tool or 'tool'} step", diagnose=cluster.diagnose, interval=0.01
-    )
 
 
 def test_kill9_inside_a_step_then_a_new_worker_finishes(cluster):

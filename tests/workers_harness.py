@@ -396,6 +396,37 @@ class Cluster:
         return {role: assert_log_consistent(self.root, role) for role in ROLES}
 
 
+def freeze_inside_tool(
+    cluster: Cluster, worker: Proc, tool: str | None = None, after_steps: int = 0
+) -> tuple[int, dict]:
+    """Wait until ``worker``'s pool process runs the tools of a persisted response (of ``tool``,
+    once the execute log has ``after_steps`` steps) and SIGSTOP it there: the response is on
+    disk, its results are not, and nothing moves until the test kills or resumes it."""
+
+    def inside() -> dict | None:
+        if len(cluster.assistant_steps("execute")) < after_steps:
+            return None
+        return cluster.pending_tool_step("execute", tool)
+
+    def frozen():
+        cluster.check_workers()
+        if inside() is None:
+            return None
+        pool = children(worker.pid)
+        if len(pool) != 1:
+            return None
+        signal_pids(pool, signal.SIGSTOP)
+        step = inside()  # still inside, now that it cannot move?
+        if step is None:
+            signal_pids(pool, signal.SIGCONT)
+            return None
+        return pool[0], step
+
+    return wait_for(
+        frozen, f"the execute worker inside a {tool or 'tool'} step", diagnose=cluster.diagnose, interval=0.01
+    )
+
+
 def assert_each_response_once(disks: dict[str, AgentDisk]) -> None:
     """No step number twice, and no persisted response's request fingerprint twice."""
     for role, disk in disks.items():

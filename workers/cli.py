@@ -270,7 +270,9 @@ def advance(name: str, move: Callable[[Path], list[loop.Task]], profile: str | N
             follow: bool) -> None:
     """The one path of the commands that move a run on: ``move`` changes run.json and returns the tasks to run."""
     root = loop.scenario_root(name)
-    url = choose_mode(embedded)  # before ``move``: an unreachable broker must leave the disk as it was
+    # Before ``move``: a bad setting or an unreachable broker must leave the disk as it was.
+    loop.check_settings(root, profile)
+    url = choose_mode(embedded)
     code = execute(root, move(root), url, profile, follow)
     if code == 0 and waiting_for_approval(root):
         code = EXIT_WAITING  # scripts tell "done" from "a human must look at the design now"
@@ -431,11 +433,17 @@ def fake_api(
     fault: Annotated[list[str] | None, typer.Option(
         help="queue a model fault at start: KIND or KIND:COUNT (repeatable)")] = None,
     hang_seconds: Annotated[float, typer.Option(help="how long a hang fault waits")] = 30.0,
+    latency: Annotated[str | None, typer.Option(
+        help="time to first token of a message reply: BASE[,JITTER], e.g. 2s, 1500ms or 2s,0.5s")] = None,
+    output_speed: Annotated[str | None, typer.Option(
+        help="output tokens/s: N for every model, or MODEL=N,... e.g. claude-sonnet-5-5=80")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the latency jitter")] = 0,
 ) -> None:
     """A local Anthropic-compatible API answered by the simulated model (docs/fake-api.md)."""
     from workers.fake_api.command import serve
 
-    serve(port, host, catalogue, fault or [], hang_seconds, lambda line: say(Text(line)))
+    serve(port, host, catalogue, fault or [], hang_seconds, lambda line: say(Text(line)),
+          latency=latency, output_speed=output_speed, seed=seed)
 
 
 def main() -> None:

@@ -12,15 +12,16 @@ back to designing with Execute's report, until max_iterations.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
 from agents.agent import Agent
-from agents.backends import model_for
+from agents.backends import check_model, model_for, scenario_brief
 from agents.catalogue import apply_pin
 from agents.compaction_task import run_compaction
 from agents.disk import AgentDisk, open_turn
@@ -33,11 +34,13 @@ from agents.role import Role
 from agents.settings_layers import load_scenario_config, resolve_agents, scenario_prices
 from agents.step import run_step
 from agents.tools.handoff import KIND, handoff_path
-from scenarios.run import IterationResult, RunRecord, archive_run, load_run, save_run
+from scenarios.lease import Lease, LeaseLost
+from scenarios.run import IterationResult, RunRecord, archive_run, claim_run, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name, read_json, write_json
 from workers.pinning import pin_models
 
 SCENARIOS_ENV = "BATON_SCENARIOS_DIR"
+log = logging.getLogger(__name__)
 
 
 class Task(BaseModel):
@@ -46,7 +49,19 @@ class Task(BaseModel):
     kind: Literal["step", "compaction", "phase"]
     scenario: str
     agent: Role | None = None
-    number: int | None = None  # the step due (step) or the last finished step (compaction)
+    # The step due (step) or the last finished step (compaction). Strict: "3" or 3.5 is a sender's bug.
+    number: StrictInt | None = Field(default=None, ge=0)
+
+    @field_validator("scenario")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        return check_name(name)
+
+    @model_validator(mode="after")
+    def _complete(self) -> Task:
+        if self.kind != "phase" and (self.agent is None or self.number is None):
+            raise ValueError(f"a {self.kind} task needs an agent (init or execute) and a step number")
+        return self
 
 
 def scenarios_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -71,7 +86,8 @@ class Team:
             record = load_run(root)
             profile = record.profile if record else None
         configs = resolve_agents(root, env=env, profile=profile)
-        models = {role: model or model_for(config, env) for role, config in configs.items()}
+        brief = scenario_brief(root)  # offline, the simulated model plays the script of this brief, or refuses it
+        models = {role: model or model_for(config, env, brief) for role, config in configs.items()}
         # On the real API each agent runs on the model pinned for this run (resolved from its line once).
         pins = pin_models(root, configs, models, os.environ if env is None else env)
         configs = {role: apply_pin(config, pins[role]) if role in pins else config for role, config in configs.items()}
@@ -87,18 +103,40 @@ class Team:
 # ---- starting, approving, resuming ------------------------------------------------------
 
 
+def check_settings(root: Path, profile: str | None = None, env: Mapping[str, str] | None = None) -> None:
+    """Resolve every setting the run will use (scenario.toml, profile, environment), so a bad one stops a
+    command with ConfigError before it has written anything (run.json, state/); likewise a model that
+    cannot drive this brief (ModelError: offline, a brief the simulated model has no script for)."""
+    record = load_run(root)
+    load_scenario_config(Layout(root).toml)
+    configs = resolve_agents(root, env=env, profile=profile or (record.profile if record else None))
+    brief = scenario_brief(root)
+    for config in configs.values():
+        check_model(config, brief, env, f"{root.name}/brief.md")
+
+
 def start(root: Path, *, auto_approve: bool = False, profile: str | None = None) -> list[Task]:
     """Begin a run, or continue an unfinished one (an error included) from disk."""
     record = load_run(root)
     if record is not None and record.phase != "done":
+        lease, record = _claimed(root)
+        assert record is not None
         update = {"auto_approve": record.auto_approve or auto_approve, "profile": profile or record.profile}
-        save_run(root, record.model_copy(update=update))
+        save_run(root, record.model_copy(update=update), lease)
         return resume(root)
     settings = load_scenario_config(Layout(root).toml)
     archive_run(root)  # a finished run, or leftovers without a run.json, move aside whole
     save_run(root, RunRecord(scenario=root.name, auto_approve=auto_approve, profile=profile,
-                             max_iterations=settings.max_iterations, target_success_rate=settings.target_success_rate))
+                             max_iterations=settings.max_iterations, target_success_rate=settings.target_success_rate),
+             claim_run(root))
     return resume(root)
+
+
+def _claimed(root: Path) -> tuple[Lease, RunRecord | None]:
+    """The run's lease, then run.json as it is now: whatever is written from it lands only while the lease holds
+    (a phase task frozen between its read and its write must not put an old run.json back)."""
+    lease = claim_run(root)
+    return lease, load_run(root)
 
 
 def resume(root: Path) -> list[Task]:
@@ -107,7 +145,9 @@ def resume(root: Path) -> list[Task]:
     if record is None:
         raise StoreError(f"{root.name} has never run; start it with `baton run {root.name}`")
     if record.status == "error":
-        record = save_run(root, record.model_copy(update={"status": "running", "last_error": None}))
+        lease, record = _claimed(root)
+        assert record is not None
+        record = save_run(root, record.model_copy(update={"status": "running", "last_error": None}), lease)
     agent: Role | None = {"designing": "init", "executing": "execute"}.get(record.phase)  # type: ignore[assignment]
     if agent is None:
         return []
@@ -138,32 +178,36 @@ def _ensure_opening(root: Path, record: RunRecord) -> None:
 
 
 def approve(root: Path) -> list[Task]:
-    record = _expect_phase(root, "awaiting_approval", "approve")
+    lease, record = _expect_phase(root, "awaiting_approval", "approve")
     write_json(
-        Layout(root).handoffs(record.iteration) / "approval.json", {"approved": True, "iteration": record.iteration}
+        Layout(root).handoffs(record.iteration) / "approval.json", {"approved": True, "iteration": record.iteration},
+        lease,
     )
-    return _open_execute(root, record)
+    return _open_execute(root, record, lease)
 
 
 def reject(root: Path, feedback: str) -> list[Task]:
     if not feedback.strip():
         raise StoreError("a rejection needs feedback for Init: pass --feedback 'what to change'")
-    record = _expect_phase(root, "awaiting_approval", "reject")
+    lease, record = _expect_phase(root, "awaiting_approval", "reject")
     rejections = len(list(Layout(root).handoffs(record.iteration).glob("rejection_*.json"))) + 1
     write_json(
         Layout(root).handoffs(record.iteration) / f"rejection_{rejections}.json",
-        {"approved": False, "feedback": feedback},
+        {"approved": False, "feedback": feedback}, lease,
     )
-    save_run(root, record.model_copy(update={"phase": "designing", "status": "running", "feedback": feedback}))
+    save_run(root, record.model_copy(update={"phase": "designing", "status": "running", "feedback": feedback}), lease)
     return resume(root)
 
 
-def _expect_phase(root: Path, phase: str, verb: str) -> RunRecord:
+def _expect_phase(root: Path, phase: str, verb: str) -> tuple[Lease, RunRecord]:
     record = load_run(root)
-    if record is None or record.phase != phase:
+    if record is None or record.phase != phase:  # checked before claiming: a refused command takes nothing
         now = record.phase if record else "not started"
         raise StoreError(f"cannot {verb} {root.name}: it is {now}, not {phase}")
-    return record
+    lease, record = _claimed(root)
+    if record is None or record.phase != phase:
+        raise StoreError(f"cannot {verb} {root.name}: it moved on meanwhile; see `baton status {root.name}`")
+    return lease, record
 
 
 # ---- the tasks ---------------------------------------------------------------------------
@@ -183,15 +227,16 @@ def after_step(root: Path, agent: Role, outcome: StepOutcome) -> list[Task]:
     if outcome.status == "handoff":
         return [Task(kind="phase", scenario=name)]
     if outcome.status == "failed":
-        record = load_run(root)
+        lease, record = _claimed(root)
         if record is not None:
-            save_run(root, record.model_copy(update={"status": "error", "last_error": f"{agent}: {outcome.reason}"}))
+            update = {"status": "error", "last_error": f"{agent}: {outcome.reason}"}
+            save_run(root, record.model_copy(update=update), lease)
     return []  # skipped (a duplicate) or idle: nothing follows
 
 
 def do_compaction(root: Path, team: Team, agent: Role, after: int | None) -> tuple[CompactionOutcome, list[Task]]:
     outcome = run_compaction(root, team[agent], after)
-    if outcome.skip == "stale":
+    if outcome.skip in ("stale", "lease_lost"):
         return outcome, []  # a newer task owns this agent now
     return outcome, [Task(kind="step", scenario=root.name, agent=agent, number=outcome.after_step + 1)]
 
@@ -200,40 +245,50 @@ def do_phase(root: Path) -> list[Task]:
     """Move to the next phase once the current agent's handoff is on disk (idempotent)."""
     record = load_run(root)
     if record is None or record.finished:
+        return []  # a duplicate after the end: answered from a plain read, claiming nothing
+    lease, record = _claimed(root)
+    try:
+        return _next_phase(root, record, lease) if record is not None and not record.finished else []
+    except LeaseLost as exc:  # a newer writer (a command, another phase task) moved the run on meanwhile
+        log.warning("%s: phase change discarded: %s", root.name, exc)
         return []
+
+
+def _next_phase(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     if (
         record.phase == "designing"
         and _handoff_file(root, record.iteration, "init").exists()
         and AgentDisk.load(root, "init").turn_over()
     ):
         if record.auto_approve:
-            return _open_execute(root, record)
-        save_run(root, record.model_copy(update={"phase": "awaiting_approval", "status": "waiting"}))
+            return _open_execute(root, record, lease)
+        save_run(root, record.model_copy(update={"phase": "awaiting_approval", "status": "waiting"}), lease)
         return []
     if record.phase == "executing" and _handoff_file(root, record.iteration, "execute").exists():
-        return _after_execute(root, record)
+        return _after_execute(root, record, lease)
     return []
 
 
-def _after_execute(root: Path, record: RunRecord) -> list[Task]:
+def _after_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     report = _payload(root, record.iteration, "execute")
     assert isinstance(report, ExecuteToInit)
     result = IterationResult(iteration=record.iteration, success_rate=report.success_rate,
                              passed=report.totals.passed, total=report.totals.samples)
     results = [r for r in record.results if r.iteration != record.iteration] + [result]
     if report.success_rate >= record.target_success_rate:
-        save_run(root, record.model_copy(update={"phase": "done", "status": "succeeded", "results": results}))
+        save_run(root, record.model_copy(update={"phase": "done", "status": "succeeded", "results": results}), lease)
         return []
     if record.iteration >= record.max_iterations:
-        save_run(root, record.model_copy(update={"phase": "done", "status": "failed_target", "results": results}))
+        save_run(root, record.model_copy(update={"phase": "done", "status": "failed_target", "results": results}),
+                 lease)
         return []
     save_run(root, record.model_copy(update={"phase": "designing", "iteration": record.iteration + 1,
-                                             "results": results, "feedback": None}))
+                                             "results": results, "feedback": None}), lease)
     return resume(root)
 
 
-def _open_execute(root: Path, record: RunRecord) -> list[Task]:
-    save_run(root, record.model_copy(update={"phase": "executing", "status": "running"}))
+def _open_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
+    save_run(root, record.model_copy(update={"phase": "executing", "status": "running"}), lease)
     return resume(root)
 
 

@@ -18,7 +18,7 @@ from agents.catalogue import CatalogueEntry, PinnedModel, fetch_catalogue, resol
 from agents.config import AgentConfig
 from agents.events import WarningEvent, append_event
 from agents.models import API_KEY_ENV, Model, ModelError
-from scenarios.run import RunRecord, load_run, save_run
+from scenarios.run import RunRecord, claim_run, load_run, save_run
 from scenarios.store import Layout
 
 log = logging.getLogger(__name__)
@@ -48,10 +48,11 @@ def pin_models(root: Path, configs: Mapping[str, AgentConfig], models: Mapping[s
         if pins[role].warning:
             log.warning("%s agent: %s", role, pins[role].warning)
             append_event(Layout(root).events(role), WarningEvent(after_step=0, reason=pins[role].warning))
+    lease = claim_run(root) if load_run(root) is not None else None
     record = load_run(root)
-    if record is not None:  # no run yet (e.g. `baton context` before the first run): resolve, keep nothing
+    if lease is not None and record is not None:  # no run yet (`baton context` before the first run): keep nothing
         models_json = {role: pin.model_dump(mode="json") for role, pin in pins.items()}
-        save_run(root, record.model_copy(update={"models": models_json}))
+        save_run(root, record.model_copy(update={"models": models_json}), lease)
     return pins
 
 

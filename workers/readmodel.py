@@ -23,11 +23,10 @@ from agents.events import (
     PromptTooLongEvent,
     StepEvent,
     WarningEvent,
-    read_events,
 )
 from agents.settings_layers import load_scenario_config
 from scenarios.run import RunRecord, load_run
-from scenarios.store import AGENTS, Layout
+from scenarios.store import AGENTS, Layout, read_jsonl
 from workers.app import broker_url, mask_secrets
 from workers.pinning import pins_of
 from workers.scenario_lock import Holder, holder
@@ -81,9 +80,10 @@ class AgentView:
 
 
 def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
-    events, problems = read_events(Layout(root).events(role))
-    view = AgentView(role, problems=problems)
-    for event in events:
+    # The events with those a crash left owed (derived from the log), so no step goes uncounted.
+    disk = AgentDisk.load(root, role)  # type: ignore[arg-type]
+    view = AgentView(role, problems=disk.problems)
+    for event in disk.events:
         if isinstance(event, StepEvent):
             view.steps += 1
             view.estimated, view.threshold = event.estimated_input, event.threshold
@@ -104,10 +104,11 @@ def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
             view.warnings.append(f"step {event.step}: the reply was cut at max_tokens {event.max_tokens}; {then}")
         elif isinstance(event, ErrorEvent):
             view.errors.append(f"step {event.step}: {event.reason}")
-    if detailed:  # the log and agent.json: only status needs them, and the log can be large
-        disk = AgentDisk.load(root, role)  # type: ignore[arg-type]
-        view.problems += disk.problems
+    if detailed:
         view.breaker = disk.state.breaker.status
+        for note in read_jsonl(disk.layout.state(role) / "discarded.jsonl").records:  # scenarios.lease
+            view.warnings.append(f"step {note.get('step')}: a writer that lost its lease was stopped, its work "
+                                 f"discarded ({note.get('at')}); the newer writer went on")
     return view
 
 

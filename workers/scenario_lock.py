@@ -27,6 +27,7 @@ from pathlib import Path
 
 import redis
 
+from scenarios.lease import read_from_start
 from scenarios.store import AGENTS
 from workers.app import broker_url
 
@@ -65,12 +66,8 @@ def lock_path(root: Path) -> Path:
 
 
 def _read_holder(fd: int) -> Holder | None:
-    os.lseek(fd, 0, os.SEEK_SET)
-    raw = b""
-    while chunk := os.read(fd, 65536):
-        raw += chunk
     try:
-        return Holder(**json.loads(raw))
+        return Holder(**json.loads(read_from_start(fd)))
     except (ValueError, TypeError):
         return None  # empty (the holder is between taking the lock and writing) or not ours
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from agents.disk import AgentDisk
 from agents.events import (
     CompactionRecord,
     ErrorEvent,
@@ -19,12 +20,11 @@ from agents.events import (
     OutputCutEvent,
     PromptTooLongEvent,
     StepEvent,
-    read_events,
 )
 from agents.pricing import Price, Tokens, price_for
 from agents.settings_layers import scenario_prices
 from scenarios.run import load_run
-from scenarios.store import AGENTS, Layout
+from scenarios.store import AGENTS
 from workers.pinning import pins_of
 
 
@@ -86,7 +86,7 @@ def _dropped_reply(event: Event) -> bool:
 
 def _agent_spend(root: Path, role: str, model: str | None, overrides: dict[str, Price]) -> AgentSpend:
     price = price_for(model, overrides)
-    events, _ = read_events(Layout(root).events(role))
+    events = AgentDisk.load(root, role).events  # type: ignore[arg-type]  # with those a crash left owed
     iteration_of: dict[int, int] = {}  # step -> iteration, to place each compaction
     by_iteration: dict[int, Tokens]
     steps, by_iteration = Tokens(), {}

@@ -21,8 +21,10 @@ from pathlib import Path
 import redis
 import redis.lock
 from celery import Task as CeleryTask
+from pydantic import ValidationError
 
 from agents.events import StepEvent, read_events
+from scenarios.lease import LeaseBusy
 from scenarios.run import load_run
 from scenarios.store import Layout, StoreError
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
@@ -39,6 +41,31 @@ class LockBusy(RuntimeError):
     """Another worker holds this agent; the task is retried shortly."""
 
 
+class BadTaskArguments(ValueError):
+    """A task arrived with arguments baton never sends: it fails at once (no retry), saying what was wrong."""
+
+
+SIGNATURES = {
+    "step": "(scenario, agent, step): a scenario name, init or execute, and the step number due (>= 0)",
+    "compaction": "(scenario, agent, after_step): a scenario name, init or execute, and the last finished step",
+    "phase": "(scenario): a scenario name",
+}
+
+
+def checked(kind: str, scenario: object, agent: object = None, number: object = None) -> Task:
+    """The task's arguments as a ``Task``, or ``BadTaskArguments`` naming each bad one and the right form."""
+    try:
+        return Task(kind=kind, scenario=scenario, agent=agent, number=number)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'task'}: {e['msg'].removeprefix('Value error, ')}"
+                             for e in exc.errors())
+        sent = ", ".join(repr(a) for a in (scenario, agent, number) if a is not None)
+        raise BadTaskArguments(
+            f"baton.{kind}({sent}) has bad arguments ({problems}). It takes {SIGNATURES[kind]}. "
+            "Let baton send its tasks (`baton run NAME`, `baton resume NAME`) rather than sending them by hand"
+        ) from None
+
+
 def _team(root: Path) -> Team:
     record = load_run(root)
     return _team_for(root, record.profile if record else None)
@@ -50,8 +77,13 @@ def _team_for(root: Path, profile: str | None) -> Team:
 
 
 @cache
-def _redis() -> redis.Redis:
+def redis_client() -> redis.Redis:
     return redis.Redis.from_url(app.conf.broker_url)
+
+
+def lock_key(scenario: str, agent: str) -> str:
+    """The Redis key of an agent's lock (``phase`` for the phase transitions): the reaper looks for it too."""
+    return f"baton:lock:{scenario}:{agent}"
 
 
 def _renew(lock: redis.lock.Lock, stop: threading.Event, name: str) -> None:
@@ -71,7 +103,7 @@ def agent_lock(scenario: str, agent: str):
     # frozen longer than the lock's TTL, a duplicate that runs after the lock was freed).
     name = f"{scenario}/{agent}"
     # thread_local=False: the renewing thread must see the token this thread acquired.
-    lock = _redis().lock(f"baton:lock:{scenario}:{agent}", timeout=LOCK_TTL_S, blocking_timeout=2, thread_local=False)
+    lock = redis_client().lock(lock_key(scenario, agent), timeout=LOCK_TTL_S, blocking_timeout=2, thread_local=False)
     if not lock.acquire():
         raise LockBusy(f"{name} is busy")
     stop = threading.Event()
@@ -124,7 +156,7 @@ def dispatch(tasks: list[Task]) -> None:
                           shadow=shadow)
 
 
-def retry(task: CeleryTask, exc: LockBusy, what: Task) -> Exception:
+def retry(task: CeleryTask, exc: Exception, what: Task) -> Exception:
     """Try again in a second; the copy keeps its readable name (a retry would otherwise drop the shadow)."""
     return task.retry(exc=exc, countdown=1, shadow=shadow_name(what, iteration_of(what.scenario)))
 
@@ -150,12 +182,13 @@ def report_start(task: CeleryTask, root: Path, scenario: str, agent: str, step: 
 
 @app.task(name="baton.step", bind=True, max_retries=None)
 def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
+    checked("step", scenario, agent, step)
     root = scenario_root(scenario)
     try:
         with agent_lock(scenario, agent):
             report_start(self, root, scenario, agent, step)
             outcome, following = do_step(root, team := _team(root), agent, step)
-    except LockBusy as exc:
+    except (LockBusy, LeaseBusy) as exc:
         raise retry(self, exc, Task(kind="step", scenario=scenario, agent=agent, number=step)) from None
     self.send_event(
         "task-progress",
@@ -178,11 +211,12 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
 
 @app.task(name="baton.compaction", bind=True, max_retries=None)
 def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int) -> dict:
+    checked("compaction", scenario, agent, after_step)
     root = scenario_root(scenario)
     try:
         with agent_lock(scenario, agent):
             outcome, following = do_compaction(root, team := _team(root), agent, after_step)
-    except LockBusy as exc:
+    except (LockBusy, LeaseBusy) as exc:
         raise retry(self, exc, Task(kind="compaction", scenario=scenario, agent=agent, number=after_step)) from None
     self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step,
                     status=outcome.status, fallback=outcome.fallback, usage=outcome.usage,
@@ -193,11 +227,12 @@ def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int
 
 @app.task(name="baton.phase", bind=True, max_retries=None)
 def phase_task(self: CeleryTask, scenario: str) -> dict:
+    checked("phase", scenario)
     root = scenario_root(scenario)
     try:
         with agent_lock(scenario, "phase"):
             following = do_phase(root)
-    except LockBusy as exc:
+    except (LockBusy, LeaseBusy) as exc:
         raise retry(self, exc, Task(kind="phase", scenario=scenario)) from None
     dispatch(following)
     return {"scenario": scenario, "next": [t.model_dump() for t in following]}

@@ -16,7 +16,8 @@ from agents.evaluation.child import ChildRun, run_child
 from agents.evaluation.classify import classify
 from agents.evaluation.models import LAYERS, ChildResult, Failure, Limits, Report, RunSummary, SampleResult
 from agents.evaluation.samples import SampleFile, load_samples
-from scenarios.store import Layout, StoreError, write_atomic, write_json
+from scenarios.journal import Direct, FileWriter
+from scenarios.store import Layout, StoreError, json_text
 
 FINAL_DATA_CHARS = 200_000  # larger final data is left out of the trace
 
@@ -139,9 +140,11 @@ def run_evaluation(
     memory_mb: int,
     only: list[str] | None = None,
     model_label: str = "",
+    files: FileWriter | None = None,
 ) -> dict[str, Any]:
-    """Evaluate ``execution_outputs/iteration_<n>`` sample by sample and write
-    results.jsonl, report.json and traces/; returns the report."""
+    """Evaluate ``execution_outputs/iteration_<n>`` sample by sample and write results.jsonl,
+    report.json and traces/ through ``files`` (a step's journal, or directly); returns the report."""
+    files = files or Direct()
     started = time.monotonic()
     out_dir = Layout(Path(root)).outputs(iteration)
     check_folders(out_dir, iteration)
@@ -149,12 +152,12 @@ def run_evaluation(
     # Sequential on purpose: the machine has two cores, and a sample's limits are
     # easier to reason about when nothing else competes with it.
     done = [evaluate_sample(item, out_dir, timeout_s=timeout_s, memory_mb=memory_mb) for item in chosen]
-    _write_traces(out_dir / "traces", done, full_run=only is None)
+    _write_traces(out_dir / "traces", done, full_run=only is None, files=files)
     lines = "".join(json.dumps(e.result.model_dump(), ensure_ascii=False) + "\n" for e in done)
-    write_atomic(out_dir / "results.jsonl", lines)  # a re-run replaces the previous evaluation
+    files.write(out_dir / "results.jsonl", lines)  # a re-run replaces the previous evaluation
     report = _report(iteration, done, timeout_s, memory_mb, started, model_label, only)
     report.update(_history(out_dir / "report.json"))
-    write_json(out_dir / "report.json", report)
+    files.write(out_dir / "report.json", json_text(report))
     return report
 
 
@@ -170,14 +173,14 @@ def _history(path: Path) -> dict[str, Any]:
     return {"run": old.run + 1, "previous_runs": [p.model_dump(exclude_none=True) for p in previous]}
 
 
-def _write_traces(traces: Path, done: list[Evaluated], *, full_run: bool) -> None:
+def _write_traces(traces: Path, done: list[Evaluated], *, full_run: bool, files: FileWriter) -> None:
     names = trace_names(done)
     if full_run and traces.is_dir():  # traces of samples that no longer exist would mislead
         for old in traces.glob("*.json"):
             if old.name not in names:
-                old.unlink(missing_ok=True)
+                files.unlink(old)
     for name, item in zip(names, done, strict=True):
-        write_json(traces / name, item.trace)
+        files.write(traces / name, json_text(item.trace))
 
 
 def _report(

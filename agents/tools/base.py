@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict
 from agents.config import ToolSettings
 from agents.role import Role
 from context.redaction import redact
+from scenarios.journal import Direct, FileWriter
+from scenarios.lease import LeaseLost
 from scenarios.store import Layout, StoreError, inside, relative
 
 # How the tools mark a clipped line (``context.text.clip``); the model has seen this wording.
@@ -38,6 +40,9 @@ class ToolContext:
     # Per-agent memory that must survive between steps (Read mtimes, todos);
     # the step loads it from state/<agent>/tools.json and saves it after the tools.
     memory: dict[str, Any] = field(default_factory=dict)
+    # How the tool writes files: in a step, the call's journal (undone if the call must run again,
+    # and fenced by the step's lease: scenarios.journal); elsewhere, directly.
+    files: FileWriter = field(default_factory=Direct)
 
     @property
     def layout(self) -> Layout:
@@ -100,6 +105,8 @@ def run_tool(tools: dict[str, Tool], name: str, tool_input: dict[str, Any], ctx:
         return error(f"unknown tool {name!r}; available tools: {', '.join(sorted(tools))}")
     try:
         return tool.run(tool_input, ctx)
+    except LeaseLost:
+        raise  # not the model's business: the whole step is discarded
     except StoreError as exc:
         return error(str(exc))
     except Exception as exc:  # noqa: BLE001 - a tool bug must not kill the step; the model sees it

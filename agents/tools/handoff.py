@@ -22,7 +22,7 @@ from agents.payloads import (
 )
 from agents.role import Role
 from agents.tools.base import ToolContext, ToolResult, error, ok
-from scenarios.store import Layout, StoreError, read_json, relative, write_json
+from scenarios.store import Layout, StoreError, json_text, read_json, relative
 
 KIND: dict[Role, str] = {"init": "init_to_execute", "execute": "execute_to_init"}
 
@@ -60,7 +60,7 @@ class SubmitHandoff:
                 f"the payload does not match the scenario folder:\n{bullets}\nFix and call SubmitHandoff again."
             )
         path = handoff_path(ctx.root, payload.iteration, self.kind)
-        write_json(path, payload_dict(payload))
+        ctx.files.write(path, json_text(payload_dict(payload)))
         data = {"accepted": True, "kind": self.kind, "iteration": payload.iteration, "path": relative(ctx.root, path)}
         return ok(data, ends_turn=True)
 

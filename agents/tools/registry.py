@@ -21,7 +21,7 @@ FILE_TOOLS: list[FileTool] = [
     LSTool(),
     GlobTool(),
     GrepTool(),
-    BashTool(),
+    BASH := BashTool(),
     TodoWriteTool(),
 ]
 
@@ -29,7 +29,9 @@ FILE_TOOLS: list[FileTool] = [
 def tools_for(config: AgentConfig) -> dict[str, Tool]:
     """Name -> tool for ``config.role``. Bash is listed only where it is enabled, so
     the model never sees a tool it may not use."""
-    tools: list[Tool] = [t for t in FILE_TOOLS if t.name != "Bash" or config.tools.bash_enabled]
+    tools: list[Tool] = [t for t in FILE_TOOLS if t.name != "Bash"]
+    if config.tools.bash_enabled:  # in its place, described as the sandbox setting makes it (confined or not)
+        tools.insert(FILE_TOOLS.index(BASH), BashTool(config.tools.bash_sandbox))
     if config.role == "execute":
         tools.append(RunEvaluation())
     tools.append(SubmitHandoff(config.role))

@@ -19,7 +19,6 @@ from agents.tools.base import (
 )
 from agents.tools.paths import changed_since_seen, existing_file, is_binary, seen_mtimes, writable
 from context.text import clip
-from scenarios.store import write_atomic
 
 DIFF_LINES = 40
 HEAD_LINES = 20
@@ -83,7 +82,7 @@ class WriteTool(FileTool):
         old = None if created else _old_text(path)
         external = not created and changed_since_seen(ctx, rel, path.stat().st_mtime)
         raw = content.encode("utf-8", errors="replace")
-        write_atomic(path, raw)
+        ctx.files.write(path, raw)
         seen_mtimes(ctx)[rel] = path.stat().st_mtime
         data: dict[str, Any] = {"path": rel, "created": created, "size": len(raw), "diff": "", "content_head": ""}
         if created:
@@ -132,7 +131,7 @@ class EditTool(FileTool):
         count = self._check_count(text, old_string, rel, replace_all)
         external = changed_since_seen(ctx, rel, path.stat().st_mtime)
         new_text = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
-        write_atomic(path, new_text.encode("utf-8", errors="replace"))
+        ctx.files.write(path, new_text.encode("utf-8", errors="replace"))
         seen_mtimes(ctx)[rel] = path.stat().st_mtime
         data = {"path": rel, "applied": True, "replacements": count, "diff": _diff(text, new_text)}
         if external:
