@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agents.config import ToolSettings
-from agents.evaluation.classify import lookup, same
+from agents.evaluation.compare import lookup, same
 from agents.evaluation.run import run_evaluation
 from agents.tools.base import ToolContext
 from agents.tools.evaluation import RunEvaluation

@@ -5,7 +5,9 @@ no baton imports, because this process runs generated code (tools, checkers) and
 must not carry baton's modules, state or secrets.
 
 The job names the copied ``tools/`` and ``checkers/`` folders, the sample (already
-schema-checked by the parent) and two files this process writes:
+schema-checked by the parent), a ``mode`` ("sample", the default: replay the sample's
+actions and run the checkers; "call" and "judge", used by an exported task: see
+``Runner.call`` and ``Runner.judge``) and two files this process writes:
 
 - ``progress_path``: the phase we are in ("load", "sample", "actions", "checkers"),
   rewritten at every step, so the parent can classify a child it had to kill
@@ -115,6 +117,26 @@ class Runner:
         self.data = data
         if not self.replay(tools):
             return
+        self.run_checkers()
+        self.result["completed"] = True
+
+    def call(self) -> None:
+        """Mode "call" (an exported task's tool call): one action on the data the job
+        carries; the result holds its output and the data afterwards."""
+        tools = self.load_tools()
+        if tools is None or not self.check_sample(tools):
+            return
+        self.data = self.job["data"]
+        self.result["initial_data"] = copy.deepcopy(self.data)
+        if self.replay(tools):
+            self.result["completed"] = True
+
+    def judge(self) -> None:
+        """Mode "judge" (an exported task's scorer): the checkers on an outcome someone
+        else produced (the job's ``outcome``: outputs, final_data, initial_data)."""
+        outcome = self.job["outcome"]
+        for key in ("outputs", "final_data", "initial_data"):
+            self.result[key] = outcome[key]
         self.run_checkers()
         self.result["completed"] = True
 
@@ -306,7 +328,7 @@ def main(argv: list[str]) -> int:
     runner = Runner(job)
     out_of_memory = False
     try:
-        runner.run()
+        {"sample": runner.run, "call": runner.call, "judge": runner.judge}[job.get("mode", "sample")]()
     except MemoryError:
         out_of_memory = True
     # Handled after the except block: until then the exception's traceback keeps

@@ -3,28 +3,19 @@ sample, from what its child process reported (docs/evaluation.md, "Layers")."""
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import signal
 from dataclasses import dataclass
 from typing import Any
 
 from agents.evaluation.child import ChildRun
+from agents.evaluation.compare import same, short, state_differences
 from agents.evaluation.models import ChildError, ChildResult, Layer, Sample
-
-VALUE_CHARS = 120  # a value quoted in a reason
-
 
 @dataclass
 class Verdict:
     layer: Layer | None
     reason: str
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 3] + "..."
 
 
 def _where(phase: str, detail: dict[str, Any]) -> str:
@@ -141,44 +132,9 @@ def first_difference(sample: Sample, outputs: list[Any], final_data: Any) -> str
                 keys = ", ".join(map(str, actual)) if isinstance(actual, dict) else ""
                 return (
                     f"action {index} ({tool}) output has no key {key!r} "
-                    f"(expected {_short(value)}; keys: {keys or 'none'})"
+                    f"(expected {short(value)}; keys: {keys or 'none'})"
                 )
             if not same(value, actual[key]):
-                return f"action {index} ({tool}) output {key!r}: expected {_short(value)}, got {_short(actual[key])}"
-    for path, value in sample.expected_state.items():
-        found, actual = lookup(final_data, path)
-        if not found:
-            return f"expected_state {path!r}: {actual} in the final data (expected {_short(value)})"
-        if not same(value, actual):
-            return f"expected_state {path!r}: expected {_short(value)}, got {_short(actual)}"
-    return None
-
-
-def same(expected: Any, actual: Any) -> bool:
-    """JSON equality, except that true is not 1 (Python's == says it is)."""
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return type(expected) is type(actual) and expected == actual
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        return expected.keys() == actual.keys() and all(same(v, actual[k]) for k, v in expected.items())
-    if isinstance(expected, list) and isinstance(actual, list):
-        return len(expected) == len(actual) and all(same(a, b) for a, b in zip(expected, actual))
-    return bool(expected == actual)
-
-
-def lookup(data: Any, path: str) -> tuple[bool, Any]:
-    """``orders.0.status`` (or ``orders[0].status``) in ``data``: (True, value), or
-    (False, what is missing)."""
-    current = data
-    walked: list[str] = []
-    for part in re.sub(r"\[(-?\d+)\]", r".\1", path).split("."):
-        if isinstance(current, dict) and part in current:
-            current = current[part]
-        elif isinstance(current, list) and re.fullmatch(r"-?\d+", part) and -len(current) <= int(part) < len(current):
-            current = current[int(part)]
-        else:
-            here = ".".join(walked) or "the top level"
-            kind = type(current).__name__
-            kind = "list" if isinstance(current, list) else "object" if isinstance(current, dict) else kind
-            return False, f"no {part!r} in {here} (a {kind})"
-        walked.append(part)
-    return True, current
+                return f"action {index} ({tool}) output {key!r}: expected {short(value)}, got {short(actual[key])}"
+    state = state_differences(sample.expected_state, final_data)
+    return state[0] if state else None
