@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 # What a run reads from the packages besides Python modules: the role prompts and the example's definition.
 DATA_FILES = {
-    "agents": [f"role_prompts/{role}/{kind}.md" for role in ("init", "execute") for kind in ("system", "compact")],
+    "agents": [f"role_prompts/{role}/{kind}.md" for role in ("init", "execute") for kind in ("system", "compact")]
+    + [f"export/runtime/{name}" for name in ("task.py", "session.py", "offline_tokens.py", "README.md")],
     "scenarios": ["refund_desk/brief.md", "refund_desk/scenario.toml", "_simulations/refund_desk.py"],
 }
 # Offline, embedded, simulated: nothing from the caller's environment may make the run distributed or paid.
@@ -124,3 +125,8 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_example_from_an_empty_fold
     assert "copied the example refund_desk" in done.stdout
     record = json.loads((empty / "scenarios" / "refund_desk" / "run.json").read_text(encoding="utf-8"))
     assert record["phase"] == "done", record
+    # The export copies runtime files that are package data, not modules.
+    _run([baton, "export", "y", "--to", "inspect", "--out", "exported"], empty, env)
+    runtime = {p.name for p in (empty / "exported" / "baton_runtime").iterdir()}
+    assert {"session.py", "offline_tokens.py", "processes.py", "compare.py", "child_main.py"} <= runtime
+    assert (empty / "exported" / "task.py").is_file() and (empty / "exported" / "tools" / "tools.py").is_file()

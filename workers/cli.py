@@ -33,7 +33,7 @@ from typer.core import TyperCommand, TyperGroup
 from agents.disk import AgentDisk
 from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
 from scenarios.store import AGENTS, Layout, check_name, write_atomic
-from workers import loop
+from workers import export_commands, loop
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
@@ -444,6 +444,9 @@ def fake_api(
 
     serve(port, host, catalogue, fault or [], hang_seconds, lambda line: say(Text(line)),
           latency=latency, output_speed=output_speed, seed=seed)
+
+
+export_commands.register(cli, PlainUsage)
 
 
 def main() -> None:

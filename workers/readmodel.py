@@ -24,6 +24,7 @@ from agents.events import (
     StepEvent,
     WarningEvent,
 )
+from agents.export.tryout import read_tryout
 from agents.settings_layers import load_scenario_config
 from scenarios.run import RunRecord, load_run
 from scenarios.store import AGENTS, Layout, read_jsonl
@@ -217,7 +218,13 @@ def status_json(root: Path) -> dict[str, Any]:
     return {"scenario": root.name, "run": snap.record.model_dump(mode="json") if snap.record else None,
             "agents": agents, "models": {role: pin.model_dump(mode="json") for role, pin in snap.pins.items()},
             "spend": read_spend(root).model_dump(mode="json"), "scenario_toml_problem": toml_problem(root),
-            "activity": read_activity(snap).as_json()}
+            "activity": read_activity(snap).as_json(), "tryouts": tryouts_json(root, snap.record)}
+
+
+def tryouts_json(root: Path, record: RunRecord | None) -> dict[str, Any]:
+    """Each iteration's last ``baton try``, by iteration number."""
+    found = {r.iteration: read_tryout(root, r.iteration) for r in (record.results if record else [])}
+    return {str(n): t.model_dump(mode="json") for n, t in found.items() if t is not None}
 
 
 def context_json(root: Path, role: str, assembled: Any, policy: Any, view: AgentView) -> dict[str, Any]:

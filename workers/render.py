@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.catalogue import PinnedModel
+from agents.export.tryout import read_tryout
 from scenarios.run import RunRecord, load_run
 from scenarios.store import Layout, StoreError
 from workers.readmodel import (
@@ -196,11 +197,13 @@ def spend_note(spend: RunSpend) -> Text | None:
 
 
 def iterations_table(root: Path, record: RunRecord) -> Table:
-    table = new_table("iteration", "success rate", "passed", "report")
+    table = new_table("iteration", "success rate", "passed", "report", "tryout (baton try)")
     for r in record.results:
         report = Layout(root).outputs(r.iteration) / "report.json"
+        tryout = read_tryout(root, r.iteration)
         table.add_row(str(r.iteration), f"{r.success_rate:.0%} (target {record.target_success_rate:.0%})",
-                      f"{r.passed}/{r.total}", str(report) if report.exists() else "-")
+                      f"{r.passed}/{r.total}", str(report) if report.exists() else "-",
+                      tryout.summary() if tryout else "-")
     return table
 
 

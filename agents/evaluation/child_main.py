@@ -181,7 +181,8 @@ class Runner:
             try:
                 signature.bind({}, **args)
             except TypeError as exc:
-                self.stop("bad_args", f"action {index} calls {name}{signature} with args {describe(args)}: {exc}")
+                self.stop("bad_args", f"action {index} calls {name}{signature} with args {describe(args)}: {exc}",
+                          why=str(exc))
                 return False
         return True
 

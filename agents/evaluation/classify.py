@@ -12,6 +12,7 @@ from agents.evaluation.child import ChildRun
 from agents.evaluation.compare import same, short, state_differences
 from agents.evaluation.models import ChildError, ChildResult, Layer, Sample
 
+
 @dataclass
 class Verdict:
     layer: Layer | None

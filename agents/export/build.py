@@ -22,12 +22,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agents import processes as processes_module
 from agents.evaluation import child as child_module
 from agents.evaluation import compare as compare_module
 from agents.evaluation.models import Report
 from agents.evaluation.samples import load_samples
 from agents.export.tool_specs import ToolSpecError, tool_specs
-from agents import processes as processes_module
 from agents.settings_layers import load_scenario_config
 from scenarios.store import Layout
 

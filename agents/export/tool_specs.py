@@ -70,7 +70,8 @@ def _spec(fn: ast.FunctionDef | ast.AsyncFunctionDef, seen: dict[str, list[Any]]
     properties = {a.arg: {**_schema(a.annotation, seen.get(a.arg, [])), "description": _arg_text(a.arg, doc)}
                   for a, _ in params}
     required = [a.arg for a, optional in params if not optional]
-    description = doc.strip().split("\n\n")[0].replace("\n", " ") or _designed(fn.name, design) or f"The {fn.name} tool."
+    summary = doc.strip().split("\n\n")[0].replace("\n", " ")
+    description = summary or _designed(fn.name, design) or f"The {fn.name} tool."
     schema = {"type": "object", "properties": properties, "required": required,
               "additionalProperties": args.kwarg is not None}
     return ToolSpec(name=fn.name, description=description, parameters=schema)

@@ -76,8 +76,18 @@ def call_tool(scenario: Scenario, tool: str, args: dict[str, Any], data: dict[st
         return CallResult(None, None, f"tool {tool} {problem}")
     error = result.get("error")
     if error:
-        return CallResult(None, None, error["message"])
+        return CallResult(None, None, _for_the_model(tool, error))
     return CallResult(result["outputs"][0], result["final_data"])
+
+
+def _for_the_model(tool: str, error: dict[str, Any]) -> str:
+    """child_main's message speaks of a sample's "action 0"; the model made a call."""
+    message = error["message"]
+    if error.get("kind") == "unknown_tool":
+        return f"there is no tool {tool!r}; the tools are: {message.rsplit('tools: ', 1)[-1]}"
+    if error.get("kind") == "bad_args":
+        return f"wrong arguments for {tool}: {error.get('why', message)}"
+    return message.removeprefix("action 0: ")
 
 
 def judge(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, Any]],

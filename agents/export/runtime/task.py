@@ -19,6 +19,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # baton_runtime/ sits beside this file
 
 import anyio  # noqa: E402 - after the path is set
+from baton_runtime.offline_tokens import provide_o200k  # noqa: E402
+from baton_runtime.session import Scenario, call_tool, judge  # noqa: E402
 from inspect_ai import Task, task  # noqa: E402
 from inspect_ai.dataset import MemoryDataset, Sample  # noqa: E402
 from inspect_ai.model import ChatMessageSystem  # noqa: E402
@@ -26,9 +28,6 @@ from inspect_ai.scorer import Score, Target, accuracy, scorer, stderr  # noqa: E
 from inspect_ai.solver import Generate, TaskState, generate, solver, use_tools  # noqa: E402
 from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams  # noqa: E402
 from inspect_ai.util import store  # noqa: E402
-
-from baton_runtime.offline_tokens import provide_o200k  # noqa: E402
-from baton_runtime.session import Scenario, call_tool, judge  # noqa: E402
 
 SCENARIO = Scenario.load(HERE)
 DATA, CALLS = "baton:data", "baton:calls"  # per-sample store keys: the data now, the calls made

@@ -1,0 +1,162 @@
+"""``baton try NAME``: a model under test on the exported scenario, through Inspect AI.
+
+It exports the iteration into ``execution_outputs/iteration_<n>/inspect_task/``, runs
+``inspect_ai.eval`` on it (logs in ``inspect_logs/`` beside it, for ``inspect view``)
+and writes ``tryout.json``: per sample the trials, the passes, the pass rate and
+pass^k, the chance that k trials in a row all pass (estimated from n trials with c
+passes as C(c, k) / C(n, k), as tau-bench does); overall, their means. This is how a
+user learns whether the scenario is hard enough for the model it is meant to test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from math import comb
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agents.export.build import ExportError, choose_iteration, export_inspect
+from agents.settings_layers import load_scenario_config
+from scenarios.store import Layout, write_json
+
+MOCK_MODEL = "mockllm/model"
+MOCK_NOTE = ("no model under test was named and no ANTHROPIC_API_KEY is set, so this tried Inspect's "
+             f"{MOCK_MODEL}, which answers with a fixed text and calls no tool: only samples whose right outcome "
+             "is to change nothing can pass. Name a model with --model provider/model (and its key) for a real tryout")
+EXPLANATION_CHARS = 600
+NO_INSPECT = "Inspect AI is not installed: pip install 'baton[inspect]' (in a checkout: pip install -e '.[inspect]')"
+
+
+class TryoutError(ExportError):
+    """The tryout cannot run; the message says why and what to do."""
+
+
+class SampleTryout(BaseModel):
+    id: str
+    rules: list[str] = Field(default_factory=list)
+    trials: int
+    passes: int
+    pass_rate: float
+    pass_hat: dict[str, float]  # "k" -> pass^k, for k = 1..trials
+    failures: list[str] = Field(default_factory=list)  # the scorer's explanations of failed trials
+
+
+class Tryout(BaseModel):
+    scenario: str
+    iteration: int
+    model: str
+    mock: bool
+    note: str | None = None
+    epochs: int
+    pass_rate: float
+    pass_hat: dict[str, float]
+    samples: list[SampleTryout]
+    log: str
+    task: str
+    duration_s: float
+    generated_at: str
+
+    def summary(self) -> str:
+        hats = ", ".join(f"pass^{k} {v:.2f}" for k, v in self.pass_hat.items())
+        mock = " (mock)" if self.mock else ""
+        return f"{self.model}{mock}: {self.pass_rate:.0%} of {len(self.samples)} samples x {self.epochs} epochs; {hats}"
+
+
+def tryout_path(root: Path, iteration: int) -> Path:
+    return Layout(root).outputs(iteration) / "tryout.json"
+
+
+def read_tryout(root: Path, iteration: int) -> Tryout | None:
+    """The iteration's last tryout, None when there is none (or it cannot be read)."""
+    try:
+        return Tryout.model_validate_json(tryout_path(root, iteration).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def pass_hat(trials: int, passes: int, k: int) -> float:
+    return comb(passes, k) / comb(trials, k)
+
+
+def choose_model(model: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> tuple[str, str | None]:
+    if model:
+        return model, None
+    if environ.get("ANTHROPIC_API_KEY"):
+        raise TryoutError("name the model under test: --model anthropic/<model id> "
+                          "(or any provider/model Inspect knows)")
+    return MOCK_MODEL, MOCK_NOTE
+
+
+def run_tryout(root: Path, model: str | None = None, epochs: int = 1, iteration: int | None = None) -> Tryout:
+    if importlib.util.find_spec("inspect_ai") is None:
+        raise TryoutError(NO_INSPECT)
+    if epochs < 1:
+        raise TryoutError(f"--epochs must be at least 1, not {epochs}")
+    chosen, note = choose_model(model)
+    layout = Layout(root)
+    picked = _picked_iteration(root, iteration)
+    folder = layout.outputs(picked)
+    warning = export_inspect(root, folder / "inspect_task", picked).warning
+    started = time.monotonic()
+    log = eval_export(folder / "inspect_task", chosen, epochs, folder / "inspect_logs")
+    notes = " ".join(n for n in (warning, note) if n) or None
+    tryout = _summarise(root.name, picked, chosen, notes, epochs, log, time.monotonic() - started,
+                        folder / "inspect_task" / "task.py")
+    write_json(tryout_path(root, picked), tryout.model_dump(mode="json"))
+    return tryout
+
+
+def eval_export(task_dir: Path, model: Any, epochs: int, log_dir: Path) -> Any:
+    """Run an exported task with Inspect; its EvalLog (TryoutError if Inspect could not)."""
+    try:
+        import inspect_ai
+    except ImportError:
+        raise TryoutError(NO_INSPECT) from None
+    # From the task's folder: this Inspect resolves a task file by a glob, which takes relative paths only.
+    with contextlib.chdir(task_dir):
+        (log,) = inspect_ai.eval("task.py", model=model, epochs=epochs, log_dir=str(log_dir.resolve()), display="none")
+    if log.status != "success" or not log.samples:
+        error = log.error.message if log.error else f"status {log.status}"
+        raise TryoutError(f"Inspect could not run the task with {model}: {error} (log: {log.location})")
+    return log
+
+
+def _picked_iteration(root: Path, iteration: int | None) -> int:
+    layout = Layout(root)
+    chosen, _, _ = choose_iteration(layout, load_scenario_config(layout.toml).target_success_rate, iteration)
+    return chosen
+
+
+def _summarise(name: str, iteration: int, model: str, note: str | None, epochs: int, log: Any,
+               duration_s: float, task_file: Path) -> Tryout:
+    by_sample: dict[str, list[Any]] = defaultdict(list)
+    rules: dict[str, list[str]] = {}
+    for sample in log.samples:
+        score = next(iter(sample.scores.values()), None) if sample.scores else None
+        by_sample[str(sample.id)].append(score)
+        rules[str(sample.id)] = list((sample.metadata or {}).get("rules", []))
+    samples = [_sample(sid, rules[sid], scores) for sid, scores in by_sample.items()]
+    hats = {str(k): sum(s.pass_hat[str(k)] for s in samples) / len(samples) for k in range(1, epochs + 1)}
+    return Tryout(
+        scenario=name, iteration=iteration, model=model, mock=model.startswith("mockllm/"), note=note,
+        epochs=epochs, pass_rate=sum(s.pass_rate for s in samples) / len(samples), pass_hat=hats,
+        samples=samples, log=str(log.location), task=str(task_file),
+        duration_s=round(duration_s, 3), generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _sample(sample_id: str, rules: list[str], scores: list[Any]) -> SampleTryout:
+    trials = len(scores)
+    passed = [s is not None and s.value == 1.0 for s in scores]
+    failures = [(s.explanation or "")[:EXPLANATION_CHARS] if s is not None else "the sample ended with an error"
+                for s, ok in zip(scores, passed) if not ok]
+    return SampleTryout(id=sample_id, rules=rules, trials=trials, passes=sum(passed), pass_rate=sum(passed) / trials,
+                        pass_hat={str(k): pass_hat(trials, sum(passed), k) for k in range(1, trials + 1)},
+                        failures=failures)

@@ -1,0 +1,40 @@
+"""A finished run of the example, exported: what the export tests start from."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from typer.testing import CliRunner
+
+from scenarios.run import copy_scenario
+from workers.cli import cli
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
+UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "ANTHROPIC_API_KEY", "BATON_PROFILE", "BATON_SCENARIOS_DIR")
+
+
+def baton(folder: Path, *args: str, **env: str):  # noqa: ANN201 - click's Result
+    environment: dict[str, str | None] = {name: None for name in UNSET} | {"COLUMNS": "200"} | env
+    return CliRunner().invoke(cli, ["--scenarios-dir", str(folder), *args], env=environment)
+
+
+def finished_example(folder: Path) -> Path:
+    """The example run to its end offline (simulated): iteration 2 passes, iteration 1 does not."""
+    root = copy_scenario(EXAMPLE, folder / "refund_desk")
+    result = baton(folder, "run", "refund_desk", "--auto-approve", "--profile", "demo")
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def runtime_of(export: Path) -> ModuleType:
+    """The exported ``baton_runtime.session``, imported from the export folder as task.py does."""
+    for name in [m for m in sys.modules if m == "baton_runtime" or m.startswith("baton_runtime.")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(export))
+    try:
+        return importlib.import_module("baton_runtime.session")
+    finally:
+        sys.path.remove(str(export))

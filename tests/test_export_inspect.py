@@ -1,0 +1,185 @@
+"""The exported task run by Inspect AI itself, offline: its mock model scripted to make
+each sample's expected calls (every sample scores 1), scripted to make a wrong call (0,
+with the reason), and unscripted as in the issue's command; `baton try` and what
+`baton status` shows of it. Needs the `inspect` extra (pip install -e '.[inspect]')."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+inspect_ai = pytest.importorskip("inspect_ai", reason="Inspect AI is not installed: pip install -e '.[inspect]'")
+pytest.importorskip("quicktok", reason="quicktok-v1 (the offline o200k vocabulary) is not installed: "
+                                       "pip install -e '.[inspect]'")
+
+from inspect_ai.log import read_eval_log  # noqa: E402
+from inspect_ai.model import ChatMessageTool, ChatMessageUser, ModelOutput, get_model  # noqa: E402
+
+from agents.export.build import export_inspect  # noqa: E402
+from agents.export.runtime.offline_tokens import O200K_SHA256, O200K_URL, provide_o200k  # noqa: E402
+from agents.export.tryout import eval_export, pass_hat  # noqa: E402
+from tests.export_support import baton, finished_example  # noqa: E402
+
+Script = dict[str, list[dict[str, Any]]]  # sample instruction -> the calls to make, in order
+
+
+@pytest.fixture(scope="module", autouse=True)
+def token_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Inspect's token counts read o200k from here; the export's task.py fills it offline."""
+    cache = tmp_path_factory.mktemp("tiktoken")
+    saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+    yield
+    if saved is None:
+        del os.environ["TIKTOKEN_CACHE_DIR"]
+    else:
+        os.environ["TIKTOKEN_CACHE_DIR"] = saved
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return finished_example(tmp_path_factory.mktemp("example"))
+
+
+@pytest.fixture(scope="module")
+def exported(example: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "refund_desk"
+    export_inspect(example, out)
+    return out
+
+
+def samples(export: Path) -> list[dict[str, Any]]:
+    return json.loads((export / "scenario.json").read_text())["samples"]
+
+
+def scripted(script: Script):  # noqa: ANN201 - mockllm's callable
+    """A mock model that makes the sample's calls one per turn, then answers in text."""
+
+    def reply(messages: list[Any], tools: list[Any], tool_choice: Any, config: Any) -> ModelOutput:
+        instruction = next(m for m in messages if isinstance(m, ChatMessageUser)).text
+        done = sum(isinstance(m, ChatMessageTool) for m in messages)
+        calls = script[instruction]
+        if done < len(calls):
+            return ModelOutput.for_tool_call("mockllm/model", calls[done]["tool"], calls[done]["args"])
+        return ModelOutput.from_content("mockllm/model", "Done.")
+
+    return get_model("mockllm/model", custom_outputs=reply)
+
+
+def scores(log: Any) -> dict[tuple[str, int], Any]:
+    return {(str(s.id), s.epoch): next(iter(s.scores.values())) for s in log.samples}
+
+
+def test_the_expected_calls_score_1_on_every_sample_in_every_epoch(exported: Path, tmp_path: Path) -> None:
+    # Each sample's own calls, with the agent's own words for free text: a second epoch would
+    # fail (already refunded...) if a sample's data leaked into the next one.
+    script = {s["instruction"]: [{"tool": a["tool"], "args": {k: ("in my own words" if k in ("reason", "note") else v)
+                                                             for k, v in a["args"].items()}}
+                                 for a in s["actions"]] for s in samples(exported)}
+    log = eval_export(exported, scripted(script), 2, tmp_path / "logs")
+    got = scores(log)
+    assert len(got) == 20
+    assert {key: score.value for key, score in got.items() if score.value != 1.0} == {}
+    assert all("passed after" in score.explanation for score in got.values())
+    system = log.samples[0].messages[0]
+    assert system.role == "system" and "R8: Precedence" in system.text  # the policy, verbatim
+
+
+def test_a_wrong_call_scores_0_and_the_explanation_says_why(exported: Path, tmp_path: Path) -> None:
+    script = {s["instruction"]: [] for s in samples(exported)}
+    refused = next(s for s in samples(exported) if s["id"] == "s02_final_sale_refused")
+    script[refused["instruction"]] = [{"tool": "get_order", "args": {"order_id": "O1002"}},
+                                      {"tool": "issue_refund", "args": {"order_id": "O1002", "amount": 59.0,
+                                                                         "reason": "happy to help"}}]
+    log = eval_export(exported, scripted(script), 1, tmp_path / "logs")
+    score = scores(log)[("s02_final_sale_refused", 1)]
+    assert score.value == 0.0
+    assert "failed after 2 tool call(s)" in score.explanation
+    assert 'orders.O1002.status: expected "delivered", got "refunded"' in score.explanation
+    assert "R2: order O1002 called for refuse, the outcome was refund" in score.explanation
+
+
+def test_bad_arguments_and_a_crashing_tool_reach_the_model_and_every_sample_is_still_scored(
+        exported: Path, tmp_path: Path) -> None:
+    export = tmp_path / "export"
+    shutil.copytree(exported, export)
+    with (export / "tools" / "tools.py").open("a") as fh:
+        fh.write("\n\ndef explode(data, order_id):\n    raise RuntimeError('the warehouse is on fire')\n")
+    spec = json.loads((export / "scenario.json").read_text())
+    spec["tools"].append({"name": "explode", "description": "Explodes.", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "string", "description": "Order."}},
+        "required": ["order_id"], "additionalProperties": False}})
+    (export / "scenario.json").write_text(json.dumps(spec))
+    script = {s["instruction"]: [{"tool": "get_order", "args": {"order": "O1001"}},
+                                 {"tool": "explode", "args": {"order_id": "O1001"}}] for s in samples(export)}
+    log = eval_export(export, scripted(script), 1, tmp_path / "logs")
+    errors = [m.error.message for m in log.samples[0].messages if m.role == "tool"]
+    assert "'order_id' is a required property" in errors[0]  # the exported schema, enforced by Inspect
+    assert errors[1].startswith("tool explode raised RuntimeError: the warehouse is on fire")
+    assert len(log.samples) == 10 and all(s.scores for s in log.samples)
+
+
+def test_the_issue_s_command_runs_every_sample_offline(example: Path, exported: Path, tmp_path: Path) -> None:
+    """`inspect eval export/task.py --model mockllm/model`: the mock calls no tool, so exactly the
+    samples whose expected actions change nothing can score."""
+    inspect_cli = Path(sys.executable).with_name("inspect")
+    logs = tmp_path / "logs"
+    env = {**os.environ, "INSPECT_LOG_DIR": str(logs)}
+    # A relative path, as a user types it (this Inspect cannot glob an absolute one).
+    done = subprocess.run([str(inspect_cli), "eval", f"{exported.name}/task.py", "--model", "mockllm/model"],
+                          cwd=exported.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (path,) = logs.glob("*.eval")
+    log = read_eval_log(str(path))
+    assert log.status == "success" and len(log.samples) == 10
+    iteration = example / "execution_outputs" / "iteration_2"
+    initial = json.loads((iteration / "tools" / "data.json").read_text())
+    unchanged = {p.stem for p in (iteration / "traces").glob("*.json")
+                 if json.loads(p.read_text())["final_data"] == initial}
+    passed = {sid for (sid, _), score in scores(log).items() if score.value == 1.0}
+    assert passed == unchanged and 0 < len(unchanged) < 10
+
+
+def test_baton_try_writes_the_tryout_and_status_shows_it(example: Path) -> None:
+    result = baton(example.parent, "try", "refund_desk", "--epochs", "2")
+    assert result.exit_code == 0, result.output
+    assert "mockllm/model" in result.output and "calls no tool" in result.output  # it says it used the mock
+    tryout = json.loads((example / "execution_outputs" / "iteration_2" / "tryout.json").read_text())
+    assert tryout["model"] == "mockllm/model" and tryout["mock"] and tryout["epochs"] == 2
+    assert len(tryout["samples"]) == 10 and all(s["trials"] == 2 for s in tryout["samples"])
+    assert set(tryout["pass_hat"]) == {"1", "2"} and Path(tryout["log"]).is_file()
+    status = baton(example.parent, "status", "refund_desk")
+    assert "mockllm/model (mock)" in status.output and "pass^2" in status.output
+    as_json = json.loads(baton(example.parent, "status", "refund_desk", "--json").output)
+    assert as_json["tryouts"]["2"]["pass_rate"] == tryout["pass_rate"]
+
+
+def test_try_with_a_key_but_no_model_asks_for_one(example: Path) -> None:
+    result = baton(example.parent, "try", "refund_desk", ANTHROPIC_API_KEY="sk-ant-test")
+    assert result.exit_code == 2 and "--model anthropic/<model id>" in result.output
+
+
+def test_pass_hat_k_is_the_chance_that_k_trials_in_a_row_pass() -> None:
+    assert pass_hat(4, 4, 4) == 1.0 and pass_hat(4, 3, 4) == 0.0
+    assert pass_hat(4, 2, 1) == 0.5 and pass_hat(4, 2, 2) == pytest.approx(1 / 6)
+
+
+def test_o200k_is_rebuilt_offline_with_tiktoken_s_own_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    path = provide_o200k()
+    assert path == tmp_path / hashlib.sha1(O200K_URL.encode()).hexdigest()
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == O200K_SHA256
+    code = "import tiktoken; print(tiktoken.get_encoding('o200k_base').encode('refund desk'))"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().startswith("["), done.stderr
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # caching turned off: nothing to provide
+    assert provide_o200k() is None
