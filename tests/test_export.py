@@ -13,19 +13,7 @@ import pytest
 from agents.evaluation.compare import effect_differences, free_text
 from agents.export.build import ExportError, export_inspect
 from agents.export.tool_specs import ToolSpecError, tool_specs
-from tests.export_support import baton, finished_example, runtime_of
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return finished_example(tmp_path_factory.mktemp("example"))
-
-
-@pytest.fixture(scope="module")
-def exported(example: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("export") / "refund_desk"
-    export_inspect(example, out)
-    return out
+from tests.export_support import baton, runtime_of
 
 
 def samples_of(root: Path, iteration: int) -> dict[str, dict]:
@@ -178,7 +166,8 @@ def test_bad_calls_come_back_as_errors_the_model_can_read(exported: Path) -> Non
     assert unknown.error == ("there is no tool 'delete_everything'; the tools are: escalate, get_customer, "
                              "get_order, issue_refund, issue_store_credit, list_orders")
     wrong = session.call_tool(scenario, "get_order", {"id": "O1001"}, data)
-    assert wrong.output is None and wrong.error == "wrong arguments for get_order: missing a required argument: 'order_id'"
+    assert wrong.output is None
+    assert wrong.error == "wrong arguments for get_order: missing a required argument: 'order_id'"
 
 
 def test_a_tool_runs_with_limits_and_without_the_parent_s_secrets(exported: Path, tmp_path: Path,

@@ -23,10 +23,9 @@ pytest.importorskip("quicktok", reason="quicktok-v1 (the offline o200k vocabular
 from inspect_ai.log import read_eval_log  # noqa: E402
 from inspect_ai.model import ChatMessageTool, ChatMessageUser, ModelOutput, get_model  # noqa: E402
 
-from agents.export.build import export_inspect  # noqa: E402
 from agents.export.runtime.offline_tokens import O200K_SHA256, O200K_URL, provide_o200k  # noqa: E402
 from agents.export.tryout import eval_export, pass_hat  # noqa: E402
-from tests.export_support import baton, finished_example  # noqa: E402
+from tests.export_support import baton  # noqa: E402
 
 Script = dict[str, list[dict[str, Any]]]  # sample instruction -> the calls to make, in order
 
@@ -42,18 +41,6 @@ def token_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
         del os.environ["TIKTOKEN_CACHE_DIR"]
     else:
         os.environ["TIKTOKEN_CACHE_DIR"] = saved
-
-
-@pytest.fixture(scope="module")
-def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return finished_example(tmp_path_factory.mktemp("example"))
-
-
-@pytest.fixture(scope="module")
-def exported(example: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("export") / "refund_desk"
-    export_inspect(example, out)
-    return out
 
 
 def samples(export: Path) -> list[dict[str, Any]]:
