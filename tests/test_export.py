@@ -129,6 +129,9 @@ def test_a_folder_that_is_not_an_export_is_never_overwritten(example: Path, tmp_
     assert result.exit_code == 2 and "is not a baton export" in result.output
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["mine"]  # no staging folder left behind
+    (tmp_path / "file").write_text("")
+    result = baton(example.parent, "export", "refund_desk", "--out", str(tmp_path / "file"))
+    assert result.exit_code == 2 and "is a file; --out names the folder" in result.output
 
 
 def test_an_earlier_export_is_replaced(example: Path, tmp_path: Path) -> None:

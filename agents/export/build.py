@@ -176,6 +176,8 @@ def _initial_data(folder: Path) -> dict[str, Any]:
 def _write(out: Path, folder: Path, spec: dict[str, Any]) -> None:
     """Build the export beside ``out`` and move it in place: a reader never sees half an
     export, and a folder that is not an earlier export is never overwritten."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} is a file; --out names the folder to write the task into")
     if out.exists() and any(out.iterdir()) and not _is_export(out):
         raise ExportError(f"{out} exists and is not a baton export; choose an empty or new folder for --out")
     out.parent.mkdir(parents=True, exist_ok=True)
