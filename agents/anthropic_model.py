@@ -32,6 +32,7 @@ import logging
 import math
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +90,25 @@ class _Failure:
     retry_after: float | None = None
 
 
+def _new_client(key: str, base_url: str | None, http_client: httpx2.Client | None) -> anthropic.Anthropic:
+    # max_retries=0: the SDK must not retry behind our back (unlogged, untestable).
+    return anthropic.Anthropic(api_key=key, base_url=base_url, http_client=http_client, max_retries=0)
+
+
+_clients: dict[tuple[str, str | None], anthropic.Anthropic] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(key: str, base_url: str | None) -> anthropic.Anthropic:
+    """One SDK client per key and address in a process: a worker serving many steps at once
+    (threads) shares its connection pool rather than opening one per agent of every scenario.
+    The SDK's client is safe to share between threads (its httpx client is)."""
+    with _clients_lock:
+        if (key, base_url) not in _clients:
+            _clients[(key, base_url)] = _new_client(key, base_url, None)
+        return _clients[(key, base_url)]
+
+
 class AnthropicModel:
     """``Model`` backed by the Anthropic SDK, with logged, injectable retries."""
 
@@ -124,9 +144,8 @@ class AnthropicModel:
         self._clock = clock
         self._rng = rng or random.Random()
         self._temperature_noted = False
-        # max_retries=0: the SDK must not retry behind our back (unlogged, untestable).
-        self._client = anthropic.Anthropic(
-            api_key=key, base_url=base_url, http_client=http_client, max_retries=0
+        self._client = (
+            _new_client(key, base_url, http_client) if http_client is not None else shared_client(key, base_url)
         )
 
     def __repr__(self) -> str:

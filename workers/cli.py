@@ -403,11 +403,18 @@ def current_agent(record: RunRecord | None) -> str:
 @guarded
 def worker(
     queue: Annotated[WorkerRole, typer.Argument(metavar="ROLE", help="the queue to serve")],
-    pool: Annotated[str, typer.Option(help="Celery pool: prefork, solo or threads")] = "prefork",
+    concurrency: Annotated[int, typer.Option(
+        min=1, help="steps served at once; above 1 they share one process as threads, since a step mostly "
+                    "waits on the model (CPU-heavy work is bounded by BATON_CPU_SLOTS, default the cores)")] = 1,
+    pool: Annotated[str | None, typer.Option(
+        help="Celery pool: prefork, solo or threads [default: prefork for one step at a time, else threads]")] = None,
     profile: Profile = None,
 ) -> None:
     """Start a Celery worker for one queue (needs BATON_BROKER_URL)."""
     role = queue.value
+    pool = pool or ("prefork" if concurrency == 1 else "threads")
+    if pool == "solo" and concurrency > 1:
+        raise CliError("the solo pool runs one task at a time", "use --pool threads with --concurrency above 1")
     url = broker_url()
     if url is None:
         raise CliError("no broker configured: workers take their tasks from Redis",
@@ -420,8 +427,10 @@ def worker(
 
     logging.getLogger("agents.backends").setLevel(logging.NOTSET)  # a worker's log says which model it runs
 
-    # One task at a time per worker process: a step holds its agent's lock for its whole duration.
-    app.worker_main(["worker", "-Q", role, "-n", f"{role}@%h", "-c", "1", "-E", "--loglevel", "INFO", "--pool", pool])
+    # Each step holds its agent's lock for its whole duration, so one agent never runs two steps at once
+    # however many a worker serves; with threads, the steps of many scenarios wait on the model together.
+    app.worker_main(["worker", "-Q", role, "-n", f"{role}@%h", "-c", str(concurrency), "-E", "--loglevel", "INFO",
+                     "--pool", pool])
 
 
 @command("fake-api", cls=PlainUsage)

@@ -71,9 +71,17 @@ def _team(root: Path) -> Team:
     return _team_for(root, record.profile if record else None)
 
 
-@cache
+_teams: dict[tuple[Path, str | None], Team] = {}
+_teams_lock = threading.Lock()
+
+
 def _team_for(root: Path, profile: str | None) -> Team:
-    return Team(root, profile=profile)
+    # Built once per scenario and process, under a lock: a threads pool runs many steps at once,
+    # and two teams of one scenario would hold two estimators of the same agent.
+    with _teams_lock:
+        if (root, profile) not in _teams:
+            _teams[(root, profile)] = Team(root, profile=profile)
+        return _teams[(root, profile)]
 
 
 @cache

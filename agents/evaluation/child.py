@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agents.cpu_slots import cpu_slot
 from agents.evaluation.models import ChildProgress, ChildResult
 from agents.processes import run_limited
 
@@ -56,7 +57,8 @@ def run_child(out_dir: Path, raw_sample: dict[str, Any], *, timeout_s: float, me
 
 def _spawn(tmp: Path, work: Path, timeout_s: float, memory_mb: int) -> ChildRun:
     argv = [sys.executable, "-I", str(CHILD_SCRIPT), str(tmp / "job.json")]
-    done = run_limited(argv, cwd=work, timeout_s=timeout_s, memory_mb=memory_mb)
+    with cpu_slot():  # a worker serving many steps runs at most a core's worth of samples at once
+        done = run_limited(argv, cwd=work, timeout_s=timeout_s, memory_mb=memory_mb)
     return ChildRun(None, ChildProgress(), done.returncode, done.timed_out, done.stdout_tail, done.stderr_tail)
 
 

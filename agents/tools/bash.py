@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.config import BashSandbox
+from agents.cpu_slots import cpu_slot
 from agents.processes import kill_group
 from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, error, ok, string_input
 from context.redaction import is_secret_name
@@ -292,28 +293,29 @@ class BashTool(FileTool):
                 return error(_sandbox_error(str(exc), ctx.agent))
         else:
             argv = ["bash", "-c", command]
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            argv,
-            cwd=ctx.root,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=_clean_env(),  # bwrap clears it again for the sandbox
-            start_new_session=True,  # its own process group, so a timeout can kill all of it
-        )
-        out, err = _Capture(ctx.settings.output_cap_chars), _Capture(ctx.settings.output_cap_chars)
-        timed_out = lingering = True  # if collecting fails, clean up as after a timeout
-        try:
-            timed_out, lingering = _collect(proc, out, err, started + limit)
-        finally:
-            # Kill only when members are known to be left: after a clean finish the
-            # group is usually empty and its id could already belong to someone else.
-            if timed_out or lingering:
-                kill_group(proc.pid)
-            proc.wait()
-            proc.stdout.close()  # type: ignore[union-attr]
-            proc.stderr.close()  # type: ignore[union-attr]
+        with cpu_slot():  # a worker serving many steps runs at most a core's worth of commands at once
+            started = time.monotonic()
+            proc = subprocess.Popen(
+                argv,
+                cwd=ctx.root,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=_clean_env(),  # bwrap clears it again for the sandbox
+                start_new_session=True,  # its own process group, so a timeout can kill all of it
+            )
+            out, err = _Capture(ctx.settings.output_cap_chars), _Capture(ctx.settings.output_cap_chars)
+            timed_out = lingering = True  # if collecting fails, clean up as after a timeout
+            try:
+                timed_out, lingering = _collect(proc, out, err, started + limit)
+            finally:
+                # Kill only when members are known to be left: after a clean finish the
+                # group is usually empty and its id could already belong to someone else.
+                if timed_out or lingering:
+                    kill_group(proc.pid)
+                proc.wait()
+                proc.stdout.close()  # type: ignore[union-attr]
+                proc.stderr.close()  # type: ignore[union-attr]
         data = self._data(command, proc, out, err, timed_out, lingering, limit, time.monotonic() - started)
         if ctx.settings.bash_sandbox == "none":
             data["unconfined"] = True  # plain in every result, whatever the description said
