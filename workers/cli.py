@@ -447,12 +447,15 @@ def fake_api(
     output_speed: Annotated[str | None, typer.Option(
         help="output tokens/s: N for every model, or MODEL=N,... e.g. claude-sonnet-5-5=80")] = None,
     seed: Annotated[int, typer.Option(help="seed of the latency jitter")] = 0,
+    play: Annotated[str | None, typer.Option(
+        metavar="EXAMPLE", help="answer every request with this example's script, whatever scenario it names "
+                                "(copies of the example under other names, e.g. for bench/scale.py)")] = None,
 ) -> None:
     """A local Anthropic-compatible API answered by the simulated model (docs/fake-api.md)."""
     from workers.fake_api.command import serve
 
     serve(port, host, catalogue, fault or [], hang_seconds, lambda line: say(Text(line)),
-          latency=latency, output_speed=output_speed, seed=seed)
+          latency=latency, output_speed=output_speed, seed=seed, play=play)
 
 
 export_commands.register(cli, PlainUsage)

@@ -6,6 +6,7 @@ import errno
 from collections.abc import Callable
 from pathlib import Path
 
+from agents.simulated import SimulatedModel, known_scripts
 from workers.errors import CliError
 from workers.fake_api.catalogue import Catalogue, CatalogueError
 from workers.fake_api.faults import FAULT_KINDS, FaultOrder
@@ -47,7 +48,7 @@ def describe(latency: Latency) -> str:
 
 def serve(port: int, host: str, catalogue: Path | None, faults: list[str], hang_s: float,
           say: Callable[[str], None], latency: str | None = None, output_speed: str | None = None,
-          seed: int = 0) -> None:
+          seed: int = 0, play: str | None = None) -> None:
     if not 0 < port < 65536:
         raise CliError(f"--port {port} is not a TCP port", "pass a port between 1 and 65535, e.g. --port 8765")
     if hang_s < 0:
@@ -56,7 +57,8 @@ def serve(port: int, host: str, catalogue: Path | None, faults: list[str], hang_
         models = Catalogue.from_file(catalogue) if catalogue else Catalogue()
     except CatalogueError as err:
         raise CliError(str(err), "a catalogue file is a JSON array of models (docs/fake-api.md)") from None
-    api = FakeApi(catalogue=models, hang_s=hang_s, latency=latency_settings(latency, output_speed, seed, models))
+    api = FakeApi(catalogue=models, hang_s=hang_s, latency=latency_settings(latency, output_speed, seed, models),
+                  model=played(play))
     for option in faults:
         api.faults.add(fault_order(option))
     try:
@@ -67,6 +69,8 @@ def serve(port: int, host: str, catalogue: Path | None, faults: list[str], hang_
     url = f"http://{host}:{server.server_address[1]}"
     say(f"fake Anthropic API (answers by the simulated model) on {url}; Ctrl-C stops it")
     say(describe(api.latency))
+    if play is not None:
+        say(f"every request is answered with the {play} example's script, whatever scenario it names (--play)")
     say(f"point baton at it: ANTHROPIC_API_KEY=x ANTHROPIC_BASE_URL={url} baton run NAME")
     try:
         server.serve_forever()
@@ -74,3 +78,15 @@ def serve(port: int, host: str, catalogue: Path | None, faults: list[str], hang_
         pass
     finally:
         server.server_close()
+
+
+def played(play: str | None) -> SimulatedModel:
+    """The model behind the double: by default it recognises each scenario (by its brief, else its name);
+    with ``--play EXAMPLE`` it plays that example for every request, so copies of an example under other
+    names (a scale or multi-host rehearsal) run through the double."""
+    if play is None:
+        return SimulatedModel()
+    if play not in known_scripts():
+        raise CliError(f"--play {play}: the simulated model has no script of that name",
+                       f"pass one of: {', '.join(known_scripts())}")
+    return SimulatedModel(play)

@@ -1,0 +1,376 @@
+"""Scale benchmark: S copies of the example in flight at once, through the API double with a
+model latency L, on the real distributed runtime.
+
+    .venv/bin/python bench/scale.py --scenarios S --latency L [--concurrency C] [--sweep 1,10,50,100]
+                                    [--json FILE] [--out docs/benchmarks.md]
+
+Run on demand, never from the tests (a test runs a small S). The script starts its own
+private ``redis-server``, ``baton fake-api --latency L`` (the simulated model behind the real
+SDK, each reply held back as a real model's would be) and one ``baton worker ROLE
+--concurrency C`` per queue, each in its own session, and stops exactly those.
+
+First one copy warms the workers up, then one runs alone: its wall time is the *ideal*
+(identical copies, so the slowest single scenario alone). Then S copies start at once. Reported per run:
+
+- **wall/ideal**: the last copy's finish against the ideal;
+- **steps/s**: agent steps (assistant records) of all copies per second of wall time;
+- **step wait**: from a step task's ``task-sent`` event to its ``task-started`` (median, p95,
+  max), as the workers' own events say; **compaction wait**: the same for compaction tasks;
+- **worker RSS**: the largest resident size of each worker process seen (sampled each second);
+- **Redis**: commands processed during the run, and memory used (peak, and at the end);
+- **integrity**: every copy done and succeeded, no duplicated or lost log record, step event or
+  compaction (the chaos suite's audit), and every copy took the course of the copy that ran alone
+  (the same steps, compactions and iteration results).
+
+The last line is ``scale S=<S> L=<L>s: wall/ideal <x>, steps/s <y>, step wait p95 <z>s,
+compaction wait p99 <w>ms, integrity ok|FAILED``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chaos import audit, code_version  # noqa: E402
+from common import DEFAULT_DOC, REPO_ROOT, md_table, write_section  # noqa: E402
+from runtime import Procs, count_run, free_port, group_members, pct, run_state, start_redis  # noqa: E402
+
+from agents.disk import AgentDisk  # noqa: E402
+from agents.events import CompactionRecord  # noqa: E402
+from scenarios.run import copy_scenario  # noqa: E402
+
+EXAMPLE = REPO_ROOT / "scenarios" / "refund_desk"
+BATON = Path(sys.executable).with_name("baton")
+KEY = "sk-ant-scale-bench"  # the double accepts any key; no real one is ever read
+PROFILE = "demo"
+
+
+# ---- what the workers' events say ---------------------------------------------------------------
+
+
+class QueueWaits:
+    """``task-sent`` to ``task-started`` per task id, from the Celery events (Flower's source)."""
+
+    def __init__(self, url: str):
+        from workers.app import make_app
+
+        self.app = make_app(url)
+        self.lock = threading.Lock()
+        self.sent: dict[str, tuple[str, float]] = {}
+        self.started: dict[str, float] = {}
+        self.receiver: Any = None
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), name="queue-waits", daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    def _run(self, ready: threading.Event) -> None:
+        with self.app.connection() as conn:
+            self.receiver = self.app.events.Receiver(conn, handlers={"*": self._on_event})
+            ready.set()
+            try:
+                self.receiver.capture(limit=None, timeout=None, wakeup=False)
+            except Exception:  # noqa: BLE001 - the broker went away at the end
+                pass
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind, uuid, at = event.get("type"), event.get("uuid"), float(event.get("timestamp", 0.0))
+        with self.lock:
+            if kind == "task-sent" and uuid not in self.sent:  # a retry is sent again: the first send counts
+                self.sent[uuid] = (str(event.get("name", "")), at)
+            elif kind == "task-started" and uuid not in self.started:
+                self.started[uuid] = at
+
+    def waits(self, prefix: str) -> list[float]:
+        with self.lock:
+            return [self.started[u] - at for u, (name, at) in self.sent.items()
+                    if name.startswith(prefix) and u in self.started]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.sent.clear()
+            self.started.clear()
+
+    def stop(self) -> None:
+        if self.receiver is not None:
+            self.receiver.should_stop = True
+        self.thread.join(timeout=5)
+
+
+class RssWatch:
+    """The largest resident size seen of each worker (its process group), sampled each second."""
+
+    def __init__(self, workers: dict[str, Any]):
+        self.workers = workers
+        self.peak_mb: dict[str, float] = dict.fromkeys(workers, 0.0)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="rss", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(1.0):
+            for role, proc in self.workers.items():
+                self.peak_mb[role] = max(self.peak_mb[role], sum(map(rss_mb, group_members(proc.pid))))
+
+    def stop(self) -> dict[str, float]:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+        return self.peak_mb
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+# ---- one run: S copies at once ------------------------------------------------------------------
+
+
+def start_copies(roots: list[Path], url: str) -> None:
+    """What ``baton run NAME --auto-approve --profile demo --broker --no-follow`` does, for each copy."""
+    from workers import loop
+    from workers.tasks import dispatch
+
+    for root in roots:
+        loop.check_settings(root, PROFILE)
+        tasks = loop.start(root, auto_approve=True, profile=PROFILE)
+        loop.Team(root, profile=PROFILE)  # pins the models through the double, as `baton run` does
+        dispatch(tasks)
+
+
+def wait_done(roots: list[Path], workers: dict[str, Any], procs: Procs, timeout: float) -> dict[str, float]:
+    t0, finished = time.time(), {}
+    while len(finished) < len(roots) and time.time() - t0 < timeout:
+        for root in roots:
+            state = run_state(root)
+            if root.name not in finished and (state.get("phase") == "done" or state.get("status") == "error"):
+                finished[root.name] = time.time() - t0
+        for role, proc in workers.items():
+            if proc.poll() is not None:
+                raise SystemExit(f"the {role} worker exited (rc {proc.returncode}):\n{procs.log_tail(proc)}")
+        time.sleep(0.25)
+    return finished
+
+
+def integrity(roots: list[Path], alone: Path) -> dict[str, list[str]]:
+    """Duplicated and lost records (the chaos suite's audit, against the copy that ran alone), and any
+    copy whose run took another course than that copy's: other steps, compactions or iteration results.
+    (A byte comparison, as the chaos suite makes with a twin of the same name, cannot work here: the
+    scenario's name is in every request, so token counts and tool-call ids differ between copies.)"""
+    found: dict[str, list[str]] = {"not_done": [], "duplicates": [], "lost": [], "other_course": []}
+    reference = course(alone)
+    for root in roots:
+        state = run_state(root)
+        if (state.get("phase"), state.get("status")) != ("done", "succeeded"):
+            found["not_done"].append(f"{root.name}: {state.get('phase')} {state.get('status')} "
+                                     f"{state.get('last_error') or ''}".strip())
+        dups, lost = audit(root, alone)
+        found["duplicates"] += dups
+        found["lost"] += lost
+        mine = course(root)
+        found["other_course"] += [f"{root.name}: {key} {mine[key]}, alone {reference[key]}"
+                                  for key in reference if mine[key] != reference[key]]
+    return found
+
+
+def course(root: Path) -> dict[str, Any]:
+    """What a run did, apart from clocks and names: steps and compactions per agent, and each
+    iteration's success rate."""
+    shape: dict[str, Any] = {}
+    for role in ("init", "execute"):
+        disk = AgentDisk.load(root, role)
+        shape[f"{role} steps"] = len(disk.steps)
+        shape[f"{role} compactions"] = [e.after_step for e in disk.events if isinstance(e, CompactionRecord)]
+    shape["success rates"] = [r.get("success_rate") for r in run_state(root).get("results", [])]
+    return shape
+
+
+def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any], procs: Procs,
+            waits: QueueWaits, redis: Any, timeout: float, alone: Path | None) -> dict[str, Any]:
+    """``count`` copies named ``<tag>_<i>`` in the workers' scenarios folder, started at once."""
+    roots = [copy_scenario(EXAMPLE, folder / f"{tag}_{i:03d}") for i in range(1, count + 1)]
+    waits.clear()
+    memory_before = redis.info("memory")["used_memory"]
+    redis.config_resetstat()  # the command count starts at 0 (the memory peak is not reset)
+    redis_before = redis.info("stats")["total_commands_processed"]
+    rss = RssWatch(workers)
+    t0 = time.time()
+    start_copies(roots, url)
+    finished = wait_done(roots, workers, procs, timeout)
+    wall = max(finished.values()) if len(finished) == len(roots) else time.time() - t0
+    peaks = rss.stop()
+    time.sleep(1.0)  # the last events reach the receiver
+    counts = count_run(roots)
+    steps, compactions = waits.waits("baton.step"), waits.waits("baton.compaction")
+    memory = redis.info("memory")
+    result = {
+        "scenarios": count, "wall_s": wall, "finished": len(finished), "timed_out": len(finished) < len(roots),
+        "steps": counts["steps"], "compactions": counts["compactions"], "steps_per_s": counts["steps"] / wall,
+        "step_wait_s": spread(steps), "compaction_wait_ms": {k: v if k == "n" else v * 1000 for k, v in spread(compactions).items()},
+        "worker_rss_mb": peaks, "redis_commands": redis.info("stats")["total_commands_processed"] - redis_before,
+        "redis_peak_mb": memory["used_memory_peak"] / 2**20,
+        "redis_per_scenario_kb": max(0, memory["used_memory"] - memory_before) / 1024 / count,
+        "cpu_count": os.cpu_count(),
+    }
+    result["integrity"] = integrity(roots, alone or roots[0])
+    result["integrity_ok"] = not any(result["integrity"].values()) and not result["timed_out"]
+    return result
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0, "median": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0}
+    return {"n": len(values), "median": statistics.median(values), "p95": pct(values, 95), "p99": pct(values, 99),
+            "max": max(values)}
+
+
+# ---- the whole bench ----------------------------------------------------------------------------
+
+
+def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, timeout: float,
+          workdir: Path) -> dict[str, Any]:
+    procs = Procs(workdir)
+    try:
+        _, url = start_redis(procs)
+        os.environ.update(BATON_BROKER_URL=url, ANTHROPIC_API_KEY=KEY)  # before workers.app is imported
+        port = free_port()
+        double = procs.start("fake-api", [str(BATON), "fake-api", "--port", str(port), "--latency",
+                                          f"{latency}s,{jitter}s", "--seed", "1", "--play", "refund_desk"],
+                             dict(os.environ))
+        os.environ["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
+        wait_for_port(port, double, procs)
+        folder = workdir / "scenarios"
+        folder.mkdir()
+        os.environ["BATON_SCENARIOS_DIR"] = str(folder)  # the workers find every copy here by its name
+        workers = {role: procs.start(f"worker-{role}", [str(BATON), "worker", role, "--concurrency", str(concurrency)],
+                                     dict(os.environ)) for role in ("init", "execute", "compaction")}
+        import redis as redis_lib
+
+        redis = redis_lib.Redis.from_url(url)
+        waits = QueueWaits(url)
+        wait_workers(waits.app, workers, procs)
+        print("warming up the workers with one copy, then running one copy alone (the ideal) ...", flush=True)
+        one_run("warm", 1, folder, url, workers, procs, waits, redis, timeout, None)  # imports, first connections
+        alone = one_run("alone", 1, folder, url, workers, procs, waits, redis, timeout, None)
+        runs = []
+        for count in sweep:
+            print(f"running S={count} ...", flush=True)
+            run = one_run(f"s{count}", count, folder, url, workers, procs, waits, redis, timeout, folder / "alone_001")
+            run["ideal_s"] = alone["wall_s"]
+            run["wall_over_ideal"] = run["wall_s"] / alone["wall_s"]
+            print(final_line(run, latency), flush=True)
+            runs.append(run)
+        waits.stop()
+        return {"alone": alone, "runs": runs, "latency_s": latency, "jitter_s": jitter, "concurrency": concurrency}
+    finally:
+        procs.stop_all()
+
+
+def wait_for_port(port: int, proc: Any, procs: Procs) -> None:
+    import socket
+
+    for _ in range(200):
+        if proc.poll() is not None:
+            raise SystemExit(f"baton fake-api exited:\n{procs.log_tail(proc)}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise SystemExit(f"baton fake-api did not listen on {port}:\n{procs.log_tail(proc)}")
+
+
+def wait_workers(app: Any, workers: dict[str, Any], procs: Procs) -> None:
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        for role, proc in workers.items():
+            if proc.poll() is not None:
+                raise SystemExit(f"the {role} worker exited (rc {proc.returncode}):\n{procs.log_tail(proc)}")
+        replies = app.control.ping(timeout=0.5) or []
+        if {name.split("@", 1)[0] for reply in replies for name in reply} >= set(workers):
+            return
+    raise SystemExit("the workers did not answer a ping within 90 s")
+
+
+# ---- report -------------------------------------------------------------------------------------
+
+
+def final_line(run: dict[str, Any], latency: float) -> str:
+    return (f"scale S={run['scenarios']} L={latency:g}s: wall/ideal {run['wall_over_ideal']:.2f}, "
+            f"steps/s {run['steps_per_s']:.2f}, step wait p95 {run['step_wait_s']['p95']:.2f}s, "
+            f"compaction wait p99 {run['compaction_wait_ms']['p99']:.0f}ms, "
+            f"integrity {'ok' if run['integrity_ok'] else 'FAILED'}")
+
+
+def render(res: dict[str, Any], command: str, elapsed: float) -> str:
+    rows = []
+    for r in res["runs"]:
+        rss = ", ".join(f"{role} {mb:.0f}" for role, mb in r["worker_rss_mb"].items())
+        rows.append([r["scenarios"], f"{r['wall_s']:.0f}", f"{r['ideal_s']:.0f}", f"{r['wall_over_ideal']:.2f}",
+                     f"{r['steps_per_s']:.2f}", f"{r['step_wait_s']['median']:.2f} / {r['step_wait_s']['p95']:.2f} / "
+                     f"{r['step_wait_s']['max']:.2f}", f"{r['compaction_wait_ms']['p99']:.0f}", rss,
+                     f"{r['redis_commands']:,}", f"{r['redis_peak_mb']:.1f}", f"{r['redis_per_scenario_kb']:.0f}",
+                     "ok" if r["integrity_ok"] else "**FAILED**"])
+    table = md_table(["S", "wall s", "ideal s", "wall/ideal", "steps/s", "step wait s (median / p95 / max)",
+                      "compaction wait p99 ms", "worker RSS MB (peak)", "Redis commands", "Redis peak MB",
+                      "Redis KB/scenario", "integrity"], rows, "rrrrrlrlrrrl")
+    return (f"Measured with `{command}` ({elapsed / 60:.0f} min in all) on {platform.node()}: "
+            f"{os.cpu_count()} cores, Python {platform.python_version()}, code {code_version()}. Model latency "
+            f"{res['latency_s']:g} s ± {res['jitter_s']:g} s per call (`baton fake-api --latency`), workers "
+            f"`baton worker ROLE --concurrency {res['concurrency']}`. The ideal is one copy run alone "
+            f"({res['alone']['wall_s']:.0f} s, {res['alone']['steps']} steps).\n\n{table}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", type=int, default=10, help="copies in flight at once")
+    parser.add_argument("--sweep", default=None, help="several S, e.g. 1,10,50,100 (instead of --scenarios)")
+    parser.add_argument("--latency", type=float, default=2.0, help="model latency per call, seconds")
+    parser.add_argument("--jitter", type=float, default=None, help="± seconds [default: a quarter of the latency]")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="steps each worker serves at once [default: S of the largest run]")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="per run, seconds")
+    parser.add_argument("--json", type=Path, default=None, help="write the measurements here")
+    parser.add_argument("--out", type=Path, nargs="?", const=DEFAULT_DOC, default=None,
+                        help=f"write the 'Scale' section of this page [{DEFAULT_DOC}]")
+    args = parser.parse_args(argv)
+    sweep = [int(s) for s in args.sweep.split(",")] if args.sweep else [args.scenarios]
+    if any(s < 1 for s in sweep):
+        parser.error("every S must be at least 1")
+    jitter = args.latency / 4 if args.jitter is None else args.jitter
+    concurrency = args.concurrency or max(sweep)
+    started = time.time()
+    workdir = Path(tempfile.mkdtemp(prefix="baton-scale-"))
+    try:
+        res = bench(sweep, args.latency, jitter, concurrency, args.timeout, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2, default=str))
+    if args.out:
+        write_section(args.out, "Scale", render(res, command, time.time() - started))
+    for run in res["runs"]:
+        for kind, found in run["integrity"].items():
+            for line in found[:10]:
+                print(f"  {kind}: {line}")
+    return 0 if all(r["integrity_ok"] for r in res["runs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
