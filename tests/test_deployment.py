@@ -405,7 +405,7 @@ def test_redis_requires_a_password_and_is_published_on_loopback_only(services):
 def test_worker_service(services, service):
     role = WORKERS[service]
     worker = services[service]
-    assert worker["command"] == ["baton", "worker", role]
+    assert worker["command"] == ["baton", "worker", role, "--concurrency", "1"]  # BATON_<ROLE>_CONCURRENCY unset
     assert worker["build"] and worker["image"] == services["flower"]["image"]
     assert worker["depends_on"] == {"redis": {"condition": "service_healthy"}}
     assert worker["restart"] == "unless-stopped"
