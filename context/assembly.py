@@ -43,6 +43,7 @@ from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from context.policy import Policy
 from context.strategies import COMPACTORS, COMPRESSORS, instantiate
 from context.text import head_tail
+from context.todo_recap import recap as todo_recap
 from context.tokens import count_text
 
 # Anthropic prompt-cache prices relative to base input: a read costs 0.1x, a write 1.25x.
@@ -119,6 +120,7 @@ class Assembled:
     trimmed_steps: int = 0  # steps emergency-trimmed to fit the window
     managed: bool = True  # False while the context is below the start size
     request_fields: dict[str, Any] = field(default_factory=dict)  # what the compactor adds to the request
+    recap: str | None = None  # the todo recap (context.todo_recap), sent after the last breakpoint
 
     @property
     def raw_tokens(self) -> int:
@@ -133,6 +135,9 @@ class Assembled:
         """
         marks = set(self.breakpoints)
         messages = [with_cache_control(m) if i in marks else m.api for i, m in enumerate(self.messages)]
+        if self.recap is not None:  # the last block, after the last breakpoint: it never moves the cache
+            last = messages[-1]
+            messages[-1] = {**last, "content": [*last["content"], {"type": "text", "text": self.recap}]}
         return request_body(static, messages, model=model, max_tokens=max_tokens) | self.request_fields | extra
 
 
@@ -309,6 +314,7 @@ class Assembler:
         build = partial(
             self._build, prefix, layers, verbatim, cap_until, previous_end=previous_end,
             n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, managed=managed,
+            recap=todo_recap(self.history) if pol.todo_recap else None,
         )
         assembled, n_trim = build(n_trim=0), 0
         while self._over_window(assembled) and len(verbatim) - n_trim > pol.min_verbatim_steps:
@@ -399,7 +405,7 @@ class Assembler:
 
     def _build(
         self, prefix, layers, verbatim, cap_until, *, previous_end: int, n_compressed: int, n_kept: int,
-        n_trim: int, managed: bool, hard_cap: bool = False,
+        n_trim: int, managed: bool, recap: str | None, hard_cap: bool = False,
     ) -> Assembled:
         out = list(prefix)
         stable_end = len(out) - 1
@@ -409,13 +415,15 @@ class Assembler:
             out += part
             layers["compressed" if k < n_trim else "verbatim"] += sum(m.tokens for m in part)
         breakpoints = sorted({i for i in (previous_end, stable_end, len(out) - 1) if i >= 0})
+        if recap is not None:
+            layers["todo_recap"] = count_text(recap)
         raw = sum(layers.values())
-        n_blocks = sum(len(m.content) for m in out)
+        n_blocks = sum(len(m.content) for m in out) + (recap is not None)
         estimate = self.estimator.estimate_raw(raw, len(out), n_blocks)
         return Assembled(
             out, breakpoints, layers, estimate,
             compressed_steps=n_compressed + n_trim, verbatim_steps=len(verbatim) - n_trim + n_kept,
-            trimmed_steps=n_trim, managed=managed,
+            trimmed_steps=n_trim, managed=managed, recap=recap,
         )
 
     def _over_window(self, a: Assembled) -> bool:

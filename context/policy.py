@@ -38,6 +38,7 @@ class Policy(BaseModel):
     min_verbatim_steps: int = Field(2, ge=1, description="emergency trim never goes below this")
     compressor: str = Field("per_tool", description="how older tool results shrink: a name in COMPRESSORS")
     compactor: str = Field("summary", description="when and how the context is compacted: a name in COMPACTORS")
+    todo_recap: bool = Field(True, description="end every request with the agent's current TodoWrite list")
 
     @field_validator("compressor")
     @classmethod
