@@ -78,6 +78,7 @@ from context.messages import (  # noqa: E402
 from context.policy import Policy  # noqa: E402
 from context.protocol import problems  # noqa: E402
 from context.summary_schemas import ExecuteSummary  # noqa: E402
+from context.todo_recap import recap_of  # noqa: E402
 
 # ---------------------------------------------------------------------------- parameters
 
@@ -110,6 +111,14 @@ SWEEP_BATCHES = (1, 2, 5, 10)
 # longer runs' sizes; the window stays): the issue-9 tables.
 LOWER_THRESHOLDS = {"claude-code": 40_000, "mini-swe-agent": 20_000, "tau-bench-airline": 5_000}
 NO_PIN = {"opening_cap_chars": 0}  # the opening is not pinned after a summary (as before issue 9)
+NO_RECAP = {"todo_recap": False}  # no todo recap at the end of the request (as before issue 13)
+# The recorded runs never call TodoWrite, so the recap's cost is also measured for an agent that keeps
+# this plan from its first call on (a typical list: two done, one in progress, three to do).
+SYNTHETIC_PLAN = [("Reproduce the failing test", "completed"), ("Find where the parser drops the header", "completed"),
+                  ("Fix the header handling in parse_request", "in_progress"),
+                  ("Add a regression test for empty headers", "pending"), ("Run the whole test suite", "pending"),
+                  ("Summarise the change for the reviewer", "pending")]
+WITH_PLAN = {"_plan": True}  # BatonPolicy: a recap of SYNTHETIC_PLAN wherever the run has none
 
 MASK_TEXT = "Old tool output omitted ({n} lines)."
 CLEAR_TEXT = "[Tool result cleared to save context]"
@@ -207,6 +216,9 @@ class Stats:
     # facts (identifiers) of the latest opening at each compaction, and those visible in the request after it
     opening_facts: int = 0
     opening_visible: int = 0
+    # calls that ended with the todo recap (context.todo_recap), and its tokens in all of them
+    recap_calls: int = 0
+    recap_tokens: int = 0
     needed: int = 0
     visible: int = 0
     reachable: int = 0
@@ -318,6 +330,7 @@ class ClearPolicy:
 
 class BatonPolicy:
     def __init__(self, history: History, static: StaticPrefix, batch: int, start: int, **overrides: Any):
+        self.plan = recap_of(SYNTHETIC_PLAN) if overrides.pop("_plan", False) else None
         settings = {"window": WINDOW, "threshold": THRESHOLD, "keep_last_steps": KEEP_STEPS, "batch": batch,
                     "start_tokens": start, "payback_calls": PAYBACK, **overrides}
         self.policy = Policy(**settings)
@@ -326,6 +339,7 @@ class BatonPolicy:
         self.event: CompactionEvent | None = None
         self.breaker = CircuitBreaker()
         self.opening_facts = self.opening_visible = 0
+        self.recap_calls = self.recap_tokens = 0
         self.calls_since_compaction = 0
 
     def request(self):
@@ -342,7 +356,15 @@ class BatonPolicy:
             shown = "\n".join(block_text(b) for m in a.messages for b in m.content)
             self.opening_facts += len(facts)
             self.opening_visible += sum(f in shown for f in facts)
-        return a.messages, a.breakpoints, extra
+        text = a.recap if a.recap is not None else self.plan
+        if text is None:
+            return a.messages, a.breakpoints, extra
+        # The recap goes after the last breakpoint (Assembled.to_request): priced as a trailing message
+        # that no breakpoint covers, so it is plain input on every call and never moves the cache.
+        recap = Message(role="user", content=(TextBlock(text=text),))
+        self.recap_calls += 1
+        self.recap_tokens += recap.tokens
+        return [*a.messages, recap], a.breakpoints, extra
 
     def _compaction_can_help(self) -> bool:
         """As the agents' step decides (agents/step.py): after a compaction that left the context over the
@@ -365,7 +387,9 @@ def baton_key(batch: int, start: int) -> str:
 def variants(dataset: str, default: tuple[int, int]) -> dict[str, tuple[int, int, dict[str, Any]]]:
     """Policies of the issue-9 tables: the default without the pinned opening, and the default at the
     LOWER_THRESHOLDS with and without it (key -> batch, start, other Policy settings)."""
-    out = {f"{baton_key(*default)} no pin": (*default, NO_PIN)}
+    out = {f"{baton_key(*default)} no pin": (*default, NO_PIN),
+           f"{baton_key(*default)} no recap": (*default, NO_RECAP),
+           f"{baton_key(*default)} plan": (*default, WITH_PLAN)}
     if dataset in LOWER_THRESHOLDS:
         lower = {"threshold": LOWER_THRESHOLDS[dataset]}
         out["lower"] = (*default, lower)
@@ -553,6 +577,7 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
     for key, pol in policies.items():
         if isinstance(pol, BatonPolicy):
             stats[key].opening_facts, stats[key].opening_visible = pol.opening_facts, pol.opening_visible
+            stats[key].recap_calls, stats[key].recap_tokens = pol.recap_calls, pol.recap_tokens
 
     return {
         "dataset": dataset, "index": index, "id": traj.get("id", str(index)), "calls": n_calls,
@@ -590,7 +615,8 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, fl
         for key, s in r["stats"].items():
             a = agg[r["dataset"]][key]
             for f in ("calls", "input", "read", "write", "plain", "summary_input", "compactions", "needed", "visible",
-                      "reachable", "invalid", *SUMMARY_FIELDS, "opening_facts", "opening_visible"):
+                      "reachable", "invalid", *SUMMARY_FIELDS, "opening_facts", "opening_visible", "recap_calls",
+                      "recap_tokens"):
                 a[f] += s[f]
             a["cost"] += cost(s, r["output"])
             a["runs"] += 1
@@ -745,6 +771,26 @@ def pinned_opening_rows(agg, default_key: str):
     return header, rows
 
 
+def recap_rows(agg, default_key: str):
+    """The todo recap's cost and effect: policy (d) without it, as recorded (with the recap wherever the run
+    kept a plan), and with a recap of SYNTHETIC_PLAN on every call."""
+    header = ["data set", "recap", "calls with a recap", "recap tokens per such call", "mean input per call",
+              "cost $ (without recap: change)", "needed-fact recall % (visible + reachable)"]
+    rows = []
+    for ds in sorted(agg):
+        off = agg[ds].get(f"{default_key} no recap")
+        for label, key in (("as recorded", default_key), ("a 6-item plan on every call", f"{default_key} plan")):
+            on = agg[ds].get(key)
+            if not on or not off:
+                continue
+            per_call = on["recap_tokens"] / on["recap_calls"] if on["recap_calls"] else 0.0
+            rows.append([ds, label, f"{int(on['recap_calls'])} of {int(on['calls'])}", f"{per_call:.0f}",
+                         f"{on['input'] / max(1, on['calls']):,.0f}",
+                         f"{on['cost']:.3f} ({off['cost']:.3f}: {100 * (on['cost'] / off['cost'] - 1):+.2f}%)",
+                         f"{_recall_of(on):.1f} (without: {_recall_of(off):.1f})"])
+    return header, rows
+
+
 def lookback_rows(agg, unl, start: int, lookback: int):
     header = ["data set"] + [f"B={b}: {lookback} blocks / unlimited" for b in E_BATCHES]
     rows = []
@@ -895,6 +941,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = md_table(t_header, t_rows, "llrl")
     summaries = md_table(*summary_cache_rows(agg, default_key), "llrrrrrr")
     pinning = md_table(*pinned_opening_rows(agg, default_key), "llrrrrrr")
+    recaps = md_table(*recap_rows(agg, default_key), "lrrrrrr")
     print(table)
     print()
     print(targets)
@@ -1005,6 +1052,18 @@ def main(argv: list[str] | None = None) -> int:
         "whole replay (calls and summaries); *needed-fact recall* as in the main table.",
         "",
         pinning,
+        "",
+        "### The todo recap",
+        "",
+        "baton ends every request with the agent's current TodoWrite list (`context.todo_recap`: open items "
+        "first, a line each, at most 12, then the count of completed ones), after the last cache breakpoint, so "
+        "it is plain input on each call and moves no cached prefix. None of the recorded runs calls TodoWrite, "
+        "so *as recorded* the recap never appears and costs nothing; *a 6-item plan on every call* prices the "
+        "same replay with the recap of a typical plan (two items done, one in progress, three to do) added to "
+        "every call, the most a recap of that size can cost. *cost* is the whole replay of policy (d); the change "
+        "is against the same policy without a recap; *needed-fact recall* as in the main table.",
+        "",
+        recaps,
         "",
     ]
     if sweep:

@@ -49,8 +49,11 @@ def _valid(todos: Any) -> list[tuple[str, str]] | None:
 def recap(history: History) -> str | None:
     """The recap's text, or None when the agent has no plan (no TodoWrite yet, or an empty list)."""
     items = current_todos(history)
-    if not items:
-        return None
+    return recap_of(items) if items else None
+
+
+def recap_of(items: list[tuple[str, str]]) -> str:
+    """The recap of a plan: (content, status) pairs."""
     open_items = sorted((i for i in items if i[1] != "completed"), key=lambda i: STATUSES.index(i[1]))
     done = len(items) - len(open_items)
     lines = [HEADER]
