@@ -31,6 +31,7 @@ from context.compression import archive_ref
 from context.history import History
 from context.messages import Message, TextBlock, Usage
 from context.redaction import redact_value
+from context.summary_cap import cap_tokens, condense_note, enforce
 
 SUMMARY_TAG = re.compile(r"<compact_summary>(.*?)</compact_summary>", re.DOTALL)
 RETRY = (
@@ -79,6 +80,8 @@ class SummarySchema(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     label: ClassVar[str]
+    # Fields (dotted paths) a condensed summary empties first: the story, not the state (context.summary_cap).
+    narrative: ClassVar[tuple[str, ...]] = ("last_assistant_text", "recent_tool_results", "files_written")
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -333,8 +336,10 @@ def compact(
     base = previous.in_view(history).kept_from if previous else 0
     keep = kept_from(history, base, assembler.policy.keep_last_steps)
     summary, usage, error = None, None, None
+    cap = cap_tokens(assembler.policy.summary_cap_share, assembler.policy.threshold)
+    note = condense_note(previous.summary if previous else None, cap)
     if call is not None and not breaker.open:
-        summary, usage, error = _ask_model(summary_request(assembled, prompt), schema, call, timeout_s)
+        summary, usage, error = _ask_model(summary_request(assembled, prompt + note), schema, call, timeout_s)
         breaker.record(summary is not None)
     elif call is not None:
         error = breaker.status
@@ -344,6 +349,8 @@ def compact(
                                    previous.summary if previous else None)
     elif previous:  # carry key paths forward: a later summary may forget one
         summary["key_paths"] = {**previous.summary.get("key_paths", {}), **summary.get("key_paths", {})}
+    summary, enforced = enforce(summary, schema.narrative, cap)
+    condensed = "+".join(w for w, done in (("asked", bool(note)), ("enforced", enforced)) if done) or None
     event = CompactionEvent(
         id=(previous.id + 1) if previous else 1,
         covered_from_seq=1,  # the summary stands for everything before the kept steps, earlier summaries included
@@ -356,6 +363,7 @@ def compact(
         usage=usage,
         fallback=fallback,
         error=error,
+        condensed=condensed,
         at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     return event.model_copy(update={"tokens_after": assembler.assemble(event).estimated_input})

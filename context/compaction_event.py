@@ -58,6 +58,8 @@ class CompactionEvent(BaseModel):
     usage: Usage | None = None
     fallback: bool = False
     error: str | None = None
+    # How a summary over the cap was kept bounded (context.summary_cap): "asked", "enforced", both, or None.
+    condensed: str | None = None
     at: str = ""
 
     @model_validator(mode="after")
@@ -79,7 +81,7 @@ class CompactionEvent(BaseModel):
     def _only_given_positions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # An event is written with the one kind of position it has; the other kind stays absent.
         data = handler(self)
-        for name in (*_SEQ_FIELDS, *_VIEW_FIELDS):
+        for name in (*_SEQ_FIELDS, *_VIEW_FIELDS, "condensed"):  # condensed: absent unless it happened
             if name in data and data[name] is None:
                 del data[name]
         return data

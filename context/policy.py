@@ -39,6 +39,9 @@ class Policy(BaseModel):
     compressor: str = Field("per_tool", description="how older tool results shrink: a name in COMPRESSORS")
     compactor: str = Field("summary", description="when and how the context is compacted: a name in COMPACTORS")
     todo_recap: bool = Field(True, description="end every request with the agent's current TodoWrite list")
+    summary_cap_share: float = Field(
+        0.15, ge=0, lt=1, description="a summary over this share of the threshold is condensed (0: never)"
+    )
 
     @field_validator("compressor")
     @classmethod

@@ -47,6 +47,7 @@ class FeedbackSummary(_Open):
 
 class InitSummary(SummarySchema):
     label: ClassVar[str] = "init"
+    narrative: ClassVar[tuple[str, ...]] = (*SummarySchema.narrative, "analysis_conclusions")
 
     current_design_summary: DesignSummary
     execute_feedback_summary: FeedbackSummary
@@ -113,6 +114,7 @@ class ExecuteKeyPaths(_Open):
 
 class ExecuteSummary(SummarySchema):
     label: ClassVar[str] = "execute"
+    narrative: ClassVar[tuple[str, ...]] = (*SummarySchema.narrative, "identified_issues.fix_attempts")
 
     generated_components: GeneratedComponents
     evaluation_progress: EvaluationProgress
