@@ -77,6 +77,7 @@ from context.messages import (  # noqa: E402
 )
 from context.policy import Policy  # noqa: E402
 from context.protocol import problems  # noqa: E402
+from context.summary_cap import cap_tokens, summary_tokens  # noqa: E402
 from context.summary_schemas import ExecuteSummary  # noqa: E402
 from context.todo_recap import recap_of  # noqa: E402
 
@@ -112,6 +113,7 @@ SWEEP_BATCHES = (1, 2, 5, 10)
 LOWER_THRESHOLDS = {"claude-code": 40_000, "mini-swe-agent": 20_000, "tau-bench-airline": 5_000}
 NO_PIN = {"opening_cap_chars": 0}  # the opening is not pinned after a summary (as before issue 9)
 NO_RECAP = {"todo_recap": False}  # no todo recap at the end of the request (as before issue 13)
+NO_CAP = {"summary_cap_share": 0.0}  # summaries grow as they will (as before issue 13)
 # The recorded runs never call TodoWrite, so the recap's cost is also measured for an agent that keeps
 # this plan from its first call on (a typical list: two done, one in progress, three to do).
 SYNTHETIC_PLAN = [("Reproduce the failing test", "completed"), ("Find where the parser drops the header", "completed"),
@@ -219,6 +221,8 @@ class Stats:
     # calls that ended with the todo recap (context.todo_recap), and its tokens in all of them
     recap_calls: int = 0
     recap_tokens: int = 0
+    summary_max: int = 0  # the largest summary of the run, in tokens (context.summary_cap)
+    condensed: int = 0  # compactions whose summary was condensed
     needed: int = 0
     visible: int = 0
     reachable: int = 0
@@ -340,6 +344,7 @@ class BatonPolicy:
         self.breaker = CircuitBreaker()
         self.opening_facts = self.opening_visible = 0
         self.recap_calls = self.recap_tokens = 0
+        self.summary_max = self.condensed = 0
         self.calls_since_compaction = 0
 
     def request(self):
@@ -353,6 +358,8 @@ class BatonPolicy:
             self.event = compact(schema=ExecuteSummary, assembler=self.assembler, previous=self.event,
                                  prompt=COMPACT_PROMPT, call=None, breaker=self.breaker)
             a = self.assembler.assemble(self.event)
+            self.summary_max = max(self.summary_max, summary_tokens(self.event.summary))
+            self.condensed += self.event.condensed is not None
             shown = "\n".join(block_text(b) for m in a.messages for b in m.content)
             self.opening_facts += len(facts)
             self.opening_visible += sum(f in shown for f in facts)
@@ -390,10 +397,12 @@ def variants(dataset: str, default: tuple[int, int]) -> dict[str, tuple[int, int
     out = {f"{baton_key(*default)} no pin": (*default, NO_PIN),
            f"{baton_key(*default)} no recap": (*default, NO_RECAP),
            f"{baton_key(*default)} plan": (*default, WITH_PLAN)}
+    out[f"{baton_key(*default)} no cap"] = (*default, NO_CAP)
     if dataset in LOWER_THRESHOLDS:
         lower = {"threshold": LOWER_THRESHOLDS[dataset]}
         out["lower"] = (*default, lower)
         out["lower no pin"] = (*default, {**lower, **NO_PIN})
+        out["lower no cap"] = (*default, {**lower, **NO_CAP})
     return out
 
 
@@ -578,6 +587,7 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
         if isinstance(pol, BatonPolicy):
             stats[key].opening_facts, stats[key].opening_visible = pol.opening_facts, pol.opening_visible
             stats[key].recap_calls, stats[key].recap_tokens = pol.recap_calls, pol.recap_tokens
+            stats[key].summary_max, stats[key].condensed = pol.summary_max, pol.condensed
 
     return {
         "dataset": dataset, "index": index, "id": traj.get("id", str(index)), "calls": n_calls,
@@ -616,8 +626,9 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, fl
             a = agg[r["dataset"]][key]
             for f in ("calls", "input", "read", "write", "plain", "summary_input", "compactions", "needed", "visible",
                       "reachable", "invalid", *SUMMARY_FIELDS, "opening_facts", "opening_visible", "recap_calls",
-                      "recap_tokens"):
+                      "recap_tokens", "condensed"):
                 a[f] += s[f]
+            a["summary_max"] = max(a["summary_max"], s["summary_max"])
             a["cost"] += cost(s, r["output"])
             a["runs"] += 1
     return agg
@@ -791,6 +802,28 @@ def recap_rows(agg, default_key: str):
     return header, rows
 
 
+def cap_rows(agg, default_key: str):
+    """The summary cap's effect: each compacting policy against the same policy without the cap."""
+    header = ["data set", "thresholds", "compactions: without / with cap", "condensed", "largest summary "
+              "(tokens): without / with", "cap (tokens)", "cost $: without / with", "change",
+              "needed-fact recall %: without / with"]
+    rows = []
+    for ds in sorted(agg):
+        pairs = [("default", default_key, f"{default_key} no cap"), ("lower", "lower", "lower no cap")]
+        for label, key, off_key in pairs:
+            on, off = agg[ds].get(key), agg[ds].get(off_key)
+            if not on or not off:
+                continue
+            threshold = LOWER_THRESHOLDS.get(ds, THRESHOLD) if label == "lower" else THRESHOLD
+            cap = cap_tokens(Policy().summary_cap_share, threshold)
+            rows.append([ds, f"{label} ({threshold:,})", f"{int(off['compactions'])} / {int(on['compactions'])}",
+                         int(on["condensed"]), f"{int(off['summary_max']):,} / {int(on['summary_max']):,}",
+                         f"{cap:,}", f"{off['cost']:.3f} / {on['cost']:.3f}",
+                         f"{100 * (on['cost'] / off['cost'] - 1):+.2f}%",
+                         f"{_recall_of(off):.1f} / {_recall_of(on):.1f}"])
+    return header, rows
+
+
 def lookback_rows(agg, unl, start: int, lookback: int):
     header = ["data set"] + [f"B={b}: {lookback} blocks / unlimited" for b in E_BATCHES]
     rows = []
@@ -942,6 +975,7 @@ def main(argv: list[str] | None = None) -> int:
     summaries = md_table(*summary_cache_rows(agg, default_key), "llrrrrrr")
     pinning = md_table(*pinned_opening_rows(agg, default_key), "llrrrrrr")
     recaps = md_table(*recap_rows(agg, default_key), "lrrrrrr")
+    caps = md_table(*cap_rows(agg, default_key), "llrrrrrrr")
     print(table)
     print()
     print(targets)
@@ -1064,6 +1098,18 @@ def main(argv: list[str] | None = None) -> int:
         "is against the same policy without a recap; *needed-fact recall* as in the main table.",
         "",
         recaps,
+        "",
+        "### The summary cap",
+        "",
+        "A compaction summarises the previous summary plus the new steps, so a summary can grow with every "
+        "compaction. baton asks for a condensed summary once the previous one passes "
+        "`summary_cap_share` (15%) of the threshold, and condenses one still over twice that itself "
+        "(`context.summary_cap`; key paths are never dropped). The replay's summaries are the deterministic "
+        "fallback (no model is called), which carries only the key paths forward, so this measures the cap's "
+        "cost where it acts on these runs; tests/test_summary_cap.py checks 20 consecutive compactions with a "
+        "summariser that accretes. *condensed*: compactions the cap acted on.",
+        "",
+        caps,
         "",
     ]
     if sweep:
