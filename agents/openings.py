@@ -12,9 +12,11 @@ from context.redaction import redact
 
 
 def init_opening(
-    scenario: str, iteration: int, *, feedback: str | None = None, report: ExecuteToInit | None = None
+    scenario: str, iteration: int, *, feedback: str | None = None, report: ExecuteToInit | None = None,
+    note: str | None = None,
 ) -> str:
-    """Init's opening: the brief (iteration 1), a human's rejection, or Execute's report."""
+    """Init's opening: the brief (iteration 1), a human's rejection, or Execute's report. ``note``: what
+    baton adds at the end (agents.mentions: the files the brief or the feedback mentions)."""
     lines = [f"Iteration: {iteration}", f"Scenario: {scenario}", ""]
     if feedback is not None:
         lines += [
@@ -38,6 +40,8 @@ def init_opening(
             "Write your design documents under design/, "
             f"then call SubmitHandoff with an init_to_execute payload for iteration {iteration}.",
         ]
+    if note:
+        lines += ["", note]
     return "\n".join(lines)
 
 

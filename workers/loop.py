@@ -25,6 +25,7 @@ from agents.backends import check_model, model_for, scenario_brief
 from agents.catalogue import apply_pin
 from agents.compaction_task import run_compaction
 from agents.disk import AgentDisk, open_turn
+from agents.mentions import mention_note
 from agents.models import Model
 from agents.openings import execute_opening, init_opening
 from agents.outcomes import CompactionOutcome, StepOutcome
@@ -169,12 +170,21 @@ def _ensure_opening(root: Path, record: RunRecord) -> None:
         return
     if record.feedback is not None:
         rejections = len(list(Layout(root).handoffs(n).glob("rejection_*.json")))
-        text = init_opening(root.name, n, feedback=record.feedback)
+        text = init_opening(root.name, n, feedback=record.feedback, note=mention_note(root, record.feedback))
         open_turn(root, "init", n, text, key=f"iteration-{n}-rejection-{rejections}")
         return
     report = _payload(root, n - 1, "execute") if n > 1 else None
     assert report is None or isinstance(report, ExecuteToInit)
-    open_turn(root, "init", n, init_opening(root.name, n, report=report), key=f"iteration-{n}")
+    # The brief is Init's to read (the opening names it); the files it mentions are noted here.
+    note = mention_note(root, _brief_text(root)) if report is None else None
+    open_turn(root, "init", n, init_opening(root.name, n, report=report, note=note), key=f"iteration-{n}")
+
+
+def _brief_text(root: Path) -> str | None:
+    try:
+        return Layout(root).brief.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None  # Init reads the brief itself and meets the problem there
 
 
 def approve(root: Path) -> list[Task]:
