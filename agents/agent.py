@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.config import AgentConfig
+from agents.conventions import conventions_for
 from agents.disk import AgentDisk
 from agents.models import Model
 from agents.pricing import Price, Tokens
@@ -42,8 +43,13 @@ class Agent:
     def tools(self) -> dict[str, Any]:
         return tools_for(self.config)
 
-    def static(self) -> StaticPrefix:
-        return StaticPrefix(system=prompt(self.role, "system"), tools=[definition(t) for t in self.tools().values()])
+    def static(self, root: Path | None = None) -> StaticPrefix:
+        """System prompt (with the conventions of the scenario in ``root``, if any) and tool definitions."""
+        system = prompt(self.role, "system")
+        conventions = conventions_for(root).text if root is not None else ""
+        if conventions:
+            system = f"{system.rstrip()}\n\n{conventions}\n"
+        return StaticPrefix(system=system, tools=[definition(t) for t in self.tools().values()])
 
     def context(self, root: Path, iteration: int, memory: dict[str, Any]) -> ToolContext:
         label = self.model.label if self.model.label == "simulated" else ""
@@ -52,4 +58,5 @@ class Agent:
 
     def assembler(self, disk: AgentDisk, history: History) -> Assembler:
         estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()
-        return Assembler(history, self.config.context, agent=self.role, static=self.static(), estimator=estimator)
+        return Assembler(history, self.config.context, agent=self.role, static=self.static(disk.layout.root),
+                         estimator=estimator)

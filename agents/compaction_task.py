@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agents.agent import Agent
 from agents.config import ConfigError
+from agents.conventions import ConventionsError
 from agents.disk import AgentDisk, note_discarded
 from agents.events import CompactionRecord, WarningEvent
 from agents.models import ModelError, ModelRequest, ModelUnavailable
@@ -72,7 +73,11 @@ def _compact(disk: AgentDisk, agent: Agent, after_step: int | None, force: bool)
     last = disk.last_step()
     done = last.step if last else 0
     history = disk.history()
-    assembler = agent.assembler(disk, history)
+    try:
+        assembler = agent.assembler(disk, history)
+    except ConventionsError as exc:  # the next step fails with the same message and the run stops there
+        return CompactionOutcome(agent=agent.role, status="skipped", after_step=done, skip="conventions",
+                                 reason=str(exc))
     # The compactor the policy names; the role's summary schema is an input, not a branch inside it.
     event = assembler.compactor.compact(
         assembler, disk.compaction(), schema=SUMMARY_SCHEMAS[agent.role], prompt=prompt(agent.role, "compact"),

@@ -50,6 +50,9 @@ class AgentState(BaseModel):
     too_long_after_compaction: int = 0
     nudges: int = 0
     estimator_step: int = 0  # the last step whose usage ``estimator`` has learned from
+    # The fingerprint of the conventions (agents.conventions) the last step sent: "" before the first
+    # step looked, "none" when there were none. A change means the system prompt changed once.
+    conventions: str = ""
 
 
 class LogRecord(BaseModel):

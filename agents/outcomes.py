@@ -17,7 +17,8 @@ Status = Literal["continue", "compaction_needed", "handoff", "failed", "skipped"
 # Why a task did nothing. A duplicate or re-delivered task is "already_done"; a compaction for a
 # step the log has moved past is "stale", one no step asked for "not_due"; a writer whose lease a
 # newer one took ("lease_lost", scenarios.lease) stopped writing and its work was discarded.
-SkipReason = Literal["already_done", "not_due", "stale", "already_compacted", "unfinished_tools", "lease_lost"]
+SkipReason = Literal["already_done", "not_due", "stale", "already_compacted", "unfinished_tools", "lease_lost",
+                     "conventions"]
 
 
 class StepOutcome(BaseModel):

@@ -41,8 +41,17 @@ from typing import Any
 
 from agents.agent import Agent
 from agents.compaction_task import run_compaction
+from agents.conventions import ConventionsError, conventions_for
 from agents.disk import AgentDisk, LogRecord, accepted_handoff, handoff_path_of, note_discarded
-from agents.events import ErrorEvent, HandoffEvent, OutputCutEvent, PromptTooLongEvent, StepEvent, event_record
+from agents.events import (
+    ErrorEvent,
+    HandoffEvent,
+    OutputCutEvent,
+    PromptTooLongEvent,
+    StepEvent,
+    WarningEvent,
+    event_record,
+)
 from agents.models import Model, ModelError, ModelRequest, ModelResponse, PromptTooLong, TokenCounter
 from agents.outcomes import StepOutcome
 from agents.tools.base import Tool, ToolContext, parse_envelope, run_tool
@@ -142,6 +151,22 @@ def _step(disk: AgentDisk, agent: Agent, step: int | None, fault: Fault) -> Step
     return _call_model(disk, agent, due, base, fault)
 
 
+def _note_conventions(disk: AgentDisk, step: int) -> None:
+    """Record which conventions this step sends; when they changed since the last step, say so once:
+    the system prompt differs, so this call writes the whole cached prefix again."""
+    current = conventions_for(disk.layout.root)
+    seen, now = disk.state.conventions, current.fingerprint or "none"
+    if seen == now:
+        return
+    if seen:  # "" is the first step that looked: nothing changed yet
+        change = "removed" if now == "none" else f"now from {current.sources}"
+        disk.event(WarningEvent(after_step=step - 1, reason=(
+            f"the conventions changed ({change}): the system prompt differs from step {step} on, so this call "
+            "writes the cached prefix again, once")))
+    disk.state.conventions = now
+    disk.save_state()
+
+
 def _base(disk: AgentDisk, agent: Agent) -> dict[str, Any]:
     """The StepOutcome fields every outcome of this step shares."""
     return {"agent": agent.role, "iteration": disk.iteration(), "threshold": agent.config.context.threshold,
@@ -155,7 +180,11 @@ def _fail(disk: AgentDisk, step: int, base: dict[str, Any], reason: str) -> Step
 
 def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], fault: Fault) -> StepOutcome:
     history = disk.history()
-    assembler = agent.assembler(disk, history)
+    try:
+        assembler = agent.assembler(disk, history)
+    except ConventionsError as exc:  # a CONVENTIONS.md that cannot be used: the run stops and says which
+        return _fail(disk, step, base, str(exc))
+    _note_conventions(disk, step)
     event = disk.compaction()
     try:
         assembled = assembler.assemble(event)

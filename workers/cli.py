@@ -30,6 +30,7 @@ import typer
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
+from agents.conventions import FILE
 from agents.disk import AgentDisk
 from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
 from scenarios.store import AGENTS, Layout, check_name, write_atomic
@@ -229,6 +230,10 @@ def new(
         say(Text(f"created {root}/ (scenario.toml, brief.md)"))
     after = "edit brief.md, then" if brief is None and from_ is None else "next:"
     say(Text(f"{after} `baton run {name}`"))
+    shared = root.parent / FILE
+    say(Text(f"house rules for every scenario go in {shared} ({'found' if shared.is_file() else 'optional'}), "
+             f"this scenario's own in {root / FILE} (optional); both agents get them (docs/agents.md, "
+             "\"Conventions\")"))
 
 
 def source_folder(source: str) -> Path:

@@ -24,6 +24,7 @@ from agents.agent import Agent
 from agents.backends import check_model, model_for, scenario_brief
 from agents.catalogue import apply_pin
 from agents.compaction_task import run_compaction
+from agents.conventions import conventions_for
 from agents.disk import AgentDisk, open_turn
 from agents.mentions import mention_note
 from agents.models import Model
@@ -114,6 +115,7 @@ def check_settings(root: Path, profile: str | None = None, env: Mapping[str, str
     brief = scenario_brief(root)
     for config in configs.values():
         check_model(config, brief, env, f"{root.name}/brief.md")
+    conventions_for(root)  # a CONVENTIONS.md that exists but cannot be used stops here, naming the file
 
 
 def start(root: Path, *, auto_approve: bool = False, profile: str | None = None) -> list[Task]:
