@@ -44,7 +44,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos import audit, code_version  # noqa: E402
 from common import DEFAULT_DOC, REPO_ROOT, md_table, write_section  # noqa: E402
-from runtime import Procs, count_run, free_port, group_members, pct, run_state, start_redis  # noqa: E402
+from runtime import (  # noqa: E402
+    Procs,
+    count_run,
+    cpu_busy,
+    cpu_sample,
+    free_port,
+    group_members,
+    pct,
+    run_state,
+    start_redis,
+)
 
 from agents.disk import AgentDisk  # noqa: E402
 from agents.events import CompactionRecord  # noqa: E402
@@ -210,10 +220,11 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
     redis.config_resetstat()  # the command count starts at 0 (the memory peak is not reset)
     redis_before = redis.info("stats")["total_commands_processed"]
     rss = RssWatch(workers)
-    t0 = time.time()
+    t0, cpu0 = time.time(), cpu_sample()
     start_copies(roots, url)
     finished = wait_done(roots, workers, procs, timeout)
     wall = max(finished.values()) if len(finished) == len(roots) else time.time() - t0
+    cpu = cpu_busy(cpu0, cpu_sample())
     peaks = rss.stop()
     time.sleep(1.0)  # the last events reach the receiver
     counts = count_run(roots)
@@ -222,11 +233,12 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
     result = {
         "scenarios": count, "wall_s": wall, "finished": len(finished), "timed_out": len(finished) < len(roots),
         "steps": counts["steps"], "compactions": counts["compactions"], "steps_per_s": counts["steps"] / wall,
-        "step_wait_s": spread(steps), "compaction_wait_ms": {k: v if k == "n" else v * 1000 for k, v in spread(compactions).items()},
+        "step_wait_s": spread(steps),
+        "compaction_wait_ms": {k: v if k == "n" else v * 1000 for k, v in spread(compactions).items()},
         "worker_rss_mb": peaks, "redis_commands": redis.info("stats")["total_commands_processed"] - redis_before,
         "redis_peak_mb": memory["used_memory_peak"] / 2**20,
         "redis_per_scenario_kb": max(0, memory["used_memory"] - memory_before) / 1024 / count,
-        "cpu_count": os.cpu_count(),
+        "cpu_count": os.cpu_count(), "cpu_busy_pct": cpu,
     }
     result["integrity"] = integrity(roots, alone or roots[0])
     result["integrity_ok"] = not any(result["integrity"].values()) and not result["timed_out"]
@@ -317,6 +329,37 @@ def final_line(run: dict[str, Any], latency: float) -> str:
             f"integrity {'ok' if run['integrity_ok'] else 'FAILED'}")
 
 
+def chart(res: dict[str, Any], img_dir: Path) -> Path:
+    """wall/ideal and steps/s against S: the plot beside the table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = res["runs"]
+    sizes = [r["scenarios"] for r in runs]
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    ax.plot(sizes, [r["wall_over_ideal"] for r in runs], "o-", color="tab:blue", label="wall / ideal")
+    ax.axhline(1.25, color="tab:blue", linestyle=":", linewidth=1, label="1.25x (the target)")
+    ax.set_xlabel("scenarios in flight at once (S)")
+    ax.set_ylabel("wall time / one copy alone")
+    ax.set_xscale("log")
+    ax.set_xticks(sizes, [str(s) for s in sizes])
+    other = ax.twinx()
+    other.plot(sizes, [r["steps_per_s"] for r in runs], "s--", color="tab:orange", label="steps/s")
+    other.set_ylabel("agent steps per second")
+    lines = ax.get_legend_handles_labels()[0] + other.get_legend_handles_labels()[0]
+    ax.legend(lines, [line.get_label() for line in lines], loc="upper left")
+    ax.set_title(f"bench/scale.py: copies of refund_desk, model latency {res['latency_s']:g} s, "
+                 f"{runs[0].get('cpu_count') or '?'} cores")
+    fig.tight_layout()
+    img_dir.mkdir(parents=True, exist_ok=True)
+    path = img_dir / "scale.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def render(res: dict[str, Any], command: str, elapsed: float) -> str:
     rows = []
     for r in res["runs"]:
@@ -329,11 +372,13 @@ def render(res: dict[str, Any], command: str, elapsed: float) -> str:
     table = md_table(["S", "wall s", "ideal s", "wall/ideal", "steps/s", "step wait s (median / p95 / max)",
                       "compaction wait p99 ms", "worker RSS MB (peak)", "Redis commands", "Redis peak MB",
                       "Redis KB/scenario", "integrity"], rows, "rrrrrlrlrrrl")
-    return (f"Measured with `{command}` ({elapsed / 60:.0f} min in all) on {platform.node()}: "
+    return ("## Scale (many scenarios at once)\n\n"
+            f"Measured with `{command}` ({elapsed / 60:.0f} min in all) on {platform.node()}: "
             f"{os.cpu_count()} cores, Python {platform.python_version()}, code {code_version()}. Model latency "
             f"{res['latency_s']:g} s ± {res['jitter_s']:g} s per call (`baton fake-api --latency`), workers "
             f"`baton worker ROLE --concurrency {res['concurrency']}`. The ideal is one copy run alone "
-            f"({res['alone']['wall_s']:.0f} s, {res['alone']['steps']} steps).\n\n{table}\n")
+            f"({res['alone']['wall_s']:.0f} s, {res['alone']['steps']} steps).\n\n{table}\n\n"
+            "![wall/ideal and steps/s against S](img/scale.png)\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,8 +392,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="per run, seconds")
     parser.add_argument("--json", type=Path, default=None, help="write the measurements here")
     parser.add_argument("--out", type=Path, nargs="?", const=DEFAULT_DOC, default=None,
-                        help=f"write the 'Scale' section of this page [{DEFAULT_DOC}]")
+                        help=f"write the 'Scale' section of this page and img/scale.png beside it [{DEFAULT_DOC}]")
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="no run: write --out from the measurements an earlier --json saved")
     args = parser.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        if args.out:
+            write_section(args.out, "Scale", render(saved, saved["command"], saved["elapsed_s"]))
+            chart(saved, args.out.parent / "img")
+        for run in saved["runs"]:
+            print(final_line(run, saved["latency_s"]))
+        return 0
     sweep = [int(s) for s in args.sweep.split(",")] if args.sweep else [args.scenarios]
     if any(s < 1 for s in sweep):
         parser.error("every S must be at least 1")
@@ -361,10 +416,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    res.update(command=command, elapsed_s=time.time() - started)
     if args.json:
         args.json.write_text(json.dumps(res, indent=2, default=str))
     if args.out:
-        write_section(args.out, "Scale", render(res, command, time.time() - started))
+        write_section(args.out, "Scale", render(res, command, res["elapsed_s"]))
+        chart(res, args.out.parent / "img")
     for run in res["runs"]:
         for kind, found in run["integrity"].items():
             for line in found[:10]:
