@@ -43,6 +43,7 @@ SHARED_DEFAULTS = {
     # the context engine's own settings, settable since the config has a context section
     "result_cap_chars": 40_000, "kept_cap_chars": 5_000, "read_lines": 10, "min_verbatim_steps": 2,
     "compressor": "per_tool", "compactor": "summary", "opening_cap_chars": 10_000,
+    "todo_recap": True, "summary_cap_share": 0.15,
 }
 
 
