@@ -23,9 +23,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from agents import processes as processes_module
+from agents.config import ToolSettings
 from agents.evaluation import child as child_module
 from agents.evaluation import compare as compare_module
-from agents.evaluation.models import Report
+from agents.evaluation.models import Limits, Report
 from agents.evaluation.samples import load_samples
 from agents.export.tool_specs import ToolSpecError, tool_specs
 from agents.settings_layers import load_scenario_config
@@ -39,6 +40,9 @@ SHARED_MODULES = {  # baton's own stdlib-only modules that the export runs as th
     "child_main.py": child_module.CHILD_SCRIPT,
 }
 RUNTIME_MODULES = ("session.py", "offline_tokens.py")
+# An iteration never evaluated has no limits on record: the evaluation's own defaults (ToolSettings).
+DEFAULT_LIMITS = Limits(timeout_s=ToolSettings.model_fields["eval_timeout_s"].default,
+                        memory_mb=ToolSettings.model_fields["eval_memory_mb"].default)
 
 
 class ExportError(ValueError):
@@ -78,7 +82,7 @@ def export_inspect(root: Path, out: Path, iteration: int | None = None) -> Expor
         "policy": policy_text(layout, config.name, config.description, data),
         "tools": [s.model_dump() for s in specs],
         "samples": samples,
-        "limits": report.limits.model_dump() if report else {"timeout_s": 10.0, "memory_mb": 512},
+        "limits": (report.limits if report else DEFAULT_LIMITS).model_dump(),
     }
     _write(out, folder, spec)
     return Exported(folder=out, scenario=config.name, iteration=chosen, samples=len(samples),
