@@ -207,21 +207,26 @@ def worker_env(url: str, **extra: str) -> dict[str, str]:
 def start_workers(procs: Procs, app, specs: list[tuple[str, str, int]], env: dict[str, str], app_ref: str,
                   extra: tuple[str, ...] = ()) -> list:
     """``specs``: (node name, queues, concurrency). Returns once every node answers a ping."""
-    started = []
+    started = {}
     for node, queues, conc in specs:
         cmd = [str(CELERY), "-A", app_ref, "worker", "-Q", queues, "-c", str(conc), "-n", f"{node}@%h", "-E", *extra]
-        started.append(procs.start(f"worker-{node}", cmd, env))
-    want = {node for node, _, _ in specs}
+        started[node] = procs.start(f"worker-{node}", cmd, env)
+    wait_for_workers(app, started, procs)
+    return list(started.values())
+
+
+def wait_for_workers(app, workers: dict[str, subprocess.Popen], procs: Procs) -> None:
+    """Return once every worker (by node name, the part before "@") answers a ping; exit if one dies."""
     deadline = time.time() + 90
     while time.time() < deadline:
-        for proc in started:
+        for node, proc in workers.items():
             if proc.poll() is not None:
-                raise SystemExit(f"a worker exited (rc {proc.returncode}):\n{procs.log_tail(proc)}")
+                raise SystemExit(f"the {node} worker exited (rc {proc.returncode}):\n{procs.log_tail(proc)}")
         replies = app.control.ping(timeout=0.5) or []
-        seen = {name.split("@", 1)[0] for reply in replies for name in reply}
-        if want <= seen:
-            return started
-    raise SystemExit("workers did not answer a ping within 90 s:\n" + "\n".join(procs.log_tail(p) for p in started))
+        if set(workers) <= {name.split("@", 1)[0] for reply in replies for name in reply}:
+            return
+    raise SystemExit("workers did not answer a ping within 90 s:\n"
+                     + "\n".join(procs.log_tail(p) for p in workers.values()))
 
 
 # ---- statistics ----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from runtime import (  # noqa: E402
     pct,
     run_state,
     start_redis,
+    wait_for_workers,
 )
 
 from agents.disk import AgentDisk  # noqa: E402
@@ -276,7 +277,7 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
 
         redis = redis_lib.Redis.from_url(url)
         waits = QueueWaits(url)
-        wait_workers(waits.app, workers, procs)
+        wait_for_workers(waits.app, workers, procs)
         print("warming up the workers with one copy, then running one copy alone (the ideal) ...", flush=True)
         one_run("warm", 1, folder, url, workers, procs, waits, redis, timeout, None)  # imports, first connections
         alone = one_run("alone", 1, folder, url, workers, procs, waits, redis, timeout, None)
@@ -305,18 +306,6 @@ def wait_for_port(port: int, proc: Any, procs: Procs) -> None:
                 return
         time.sleep(0.05)
     raise SystemExit(f"baton fake-api did not listen on {port}:\n{procs.log_tail(proc)}")
-
-
-def wait_workers(app: Any, workers: dict[str, Any], procs: Procs) -> None:
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        for role, proc in workers.items():
-            if proc.poll() is not None:
-                raise SystemExit(f"the {role} worker exited (rc {proc.returncode}):\n{procs.log_tail(proc)}")
-        replies = app.control.ping(timeout=0.5) or []
-        if {name.split("@", 1)[0] for reply in replies for name in reply} >= set(workers):
-            return
-    raise SystemExit("the workers did not answer a ping within 90 s")
 
 
 # ---- report -------------------------------------------------------------------------------------
