@@ -425,6 +425,7 @@ def worker(
         raise CliError("no broker configured: workers take their tasks from Redis",
                        "export BATON_BROKER_URL=redis://127.0.0.1:6379/0 (start Redis with `redis-server` or "
                        "`docker compose up redis`); without a broker, `baton run` runs embedded and needs no workers")
+    check_worker_env()
     check_broker(url)
     if profile is not None:
         os.environ["BATON_PROFILE"] = profile  # the tasks build each scenario's agents from the environment
@@ -436,6 +437,18 @@ def worker(
     # however many a worker serves; with threads, the steps of many scenarios wait on the model together.
     app.worker_main(["worker", "-Q", role, "-n", f"{role}@%h", "-c", str(concurrency), "-E", "--loglevel", "INFO",
                      "--pool", pool])
+
+
+def check_worker_env() -> None:
+    """The settings a worker reads from its environment, checked before it takes a task."""
+    try:
+        from agents.cpu_slots import slots_from_env  # its import reads BATON_CPU_SLOTS already
+        from agents.evaluation.fork_server import enabled
+
+        slots_from_env()
+        enabled()
+    except ValueError as exc:
+        raise CliError(str(exc), "correct or unset that variable, then start the worker again") from None
 
 
 @command("fake-api", cls=PlainUsage)

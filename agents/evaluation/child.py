@@ -6,6 +6,7 @@ is run")."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sys
 import tempfile
@@ -16,9 +17,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from agents.cpu_slots import cpu_slot
+from agents.evaluation import fork_server
 from agents.evaluation.models import ChildProgress, ChildResult
-from agents.processes import run_limited
+from agents.processes import Finished, run_limited
 
+log = logging.getLogger(__name__)
 CHILD_SCRIPT = Path(__file__).with_name("child_main.py")
 
 
@@ -56,10 +59,20 @@ def run_child(out_dir: Path, raw_sample: dict[str, Any], *, timeout_s: float, me
 
 
 def _spawn(tmp: Path, work: Path, timeout_s: float, memory_mb: int) -> ChildRun:
-    argv = [sys.executable, "-I", str(CHILD_SCRIPT), str(tmp / "job.json")]
     with cpu_slot():  # a worker serving many steps runs at most a core's worth of samples at once
-        done = run_limited(argv, cwd=work, timeout_s=timeout_s, memory_mb=memory_mb)
+        done = _run_sample(tmp / "job.json", work, timeout_s, memory_mb)
     return ChildRun(None, ChildProgress(), done.returncode, done.timed_out, done.stdout_tail, done.stderr_tail)
+
+
+def _run_sample(job: Path, work: Path, timeout_s: float, memory_mb: int) -> Finished:
+    """Forked from the process's sample server; spawned afresh when the server is off or failed it."""
+    if fork_server.enabled():
+        try:
+            return fork_server.server().run(job, work, timeout_s, memory_mb)
+        except (fork_server.ServerGone, TimeoutError, OSError) as exc:
+            log.warning("%s: this sample runs in a fresh Python instead", exc)
+    argv = [sys.executable, "-I", str(CHILD_SCRIPT), str(job)]
+    return run_limited(argv, cwd=work, timeout_s=timeout_s, memory_mb=memory_mb)
 
 
 def _read_model(path: Path, model: type[Any]) -> Any:

@@ -1,0 +1,152 @@
+"""The worker's side of the sample fork server (``fork_server_main.py``): one server per
+worker process, started on the first sample, shared by the process's threads.
+
+Why: a fresh ``python -I child_main.py`` per sample costs about 90 ms of CPU (the
+interpreter's start, site, imports), and forking it from a large worker process holds the
+GIL while the worker's page tables are copied. The server is small, has ``child_main``
+loaded already, and forks each sample from there: the limits, the environment, the
+process group and its kill are the same as a spawned child's (docs/evaluation.md).
+
+If the server cannot be started or dies, the sample it was running is run again the old
+way (``run_limited``), so a sample is never lost to the server; the next sample starts a
+new server. ``BATON_SAMPLE_SERVER=0`` turns the server off (every sample spawned).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from agents.processes import Finished, kill_group, minimal_env
+
+log = logging.getLogger(__name__)
+SERVER_SCRIPT = Path(__file__).with_name("fork_server_main.py")
+SERVER_ENV = "BATON_SAMPLE_SERVER"
+GRACE_S = 30.0  # beyond the sample's own limit, which the server enforces: a backstop only
+
+
+class ServerGone(RuntimeError):
+    """The server could not take the sample or ended before answering."""
+
+
+def enabled(env: dict[str, str] | None = None) -> bool:
+    value = (os.environ if env is None else env).get(SERVER_ENV, "1").strip().lower()
+    if value not in ("0", "1", "false", "true", "off", "on", "no", "yes", ""):
+        raise ValueError(f"{SERVER_ENV}={value!r} must be 1 (fork samples from a server, the default) or 0 "
+                         "(start a fresh Python for each sample)")
+    return value not in ("0", "false", "off", "no")
+
+
+class ForkServer:
+    """One running ``fork_server_main.py`` and the samples waiting on it."""
+
+    def __init__(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="baton-fork-server-"))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", str(SERVER_SCRIPT)], cwd=self.home, env=minimal_env(self.home),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to the worker's group is the worker's to handle, not the server's
+        )
+        self.ids = itertools.count(1)
+        self.waiting: dict[int, Future[dict[str, Any]]] = {}
+        self.pids: dict[int, int] = {}  # request id -> its child, which leads its own process group
+        self.lock = threading.Lock()
+        self.ready: Future[None] = Future()
+        self.reader = threading.Thread(target=self._read, name="fork-server-replies", daemon=True)
+        self.reader.start()
+        self.ready.result(timeout=GRACE_S)  # raises ServerGone if it died while starting
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, job: Path, cwd: Path, timeout_s: float, memory_mb: int) -> Finished:
+        future: Future[dict[str, Any]] = Future()
+        with self.lock:
+            request_id = next(self.ids)
+            self.waiting[request_id] = future
+            line = json.dumps({"id": request_id, "job": str(job), "cwd": str(cwd), "timeout_s": timeout_s,
+                               "memory_mb": memory_mb})
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(line.encode() + b"\n")
+                self.proc.stdin.flush()
+            except (OSError, ValueError) as exc:
+                self.waiting.pop(request_id, None)
+                raise ServerGone(f"the sample server did not take the sample: {exc}") from None
+        reply = future.result(timeout=timeout_s + GRACE_S)
+        if "error" in reply:
+            raise ServerGone(f"the sample server refused the sample: {reply['error']}")
+        return Finished(int(reply["returncode"]), bool(reply["timed_out"]), str(reply.get("stdout_tail", "")),
+                        str(reply.get("stderr_tail", "")))
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                reply = json.loads(raw)
+            except ValueError:
+                log.warning("the sample server wrote a line that is not JSON: %r", raw[:200])
+                continue
+            if reply.get("ready"):
+                self.ready.set_result(None)
+                continue
+            with self.lock:
+                if "pid" in reply:  # started, not finished
+                    self.pids[reply.get("id")] = int(reply["pid"])
+                    continue
+                self.pids.pop(reply.get("id"), None)
+                future = self.waiting.pop(reply.get("id"), None)
+            if future is not None:
+                future.set_result(reply)
+        gone = ServerGone(f"the sample server ended (exit status {self.proc.wait()})")
+        if not self.ready.done():
+            self.ready.set_exception(gone)
+        with self.lock:
+            waiting, self.waiting = self.waiting, {}
+            running, self.pids = self.pids, {}
+        for pid in running.values():
+            # The server can no longer kill these groups. Safe: a pid is not given out again while its
+            # group has members, and the leader itself died with the server (PR_SET_PDEATHSIG).
+            kill_group(pid)
+        for future in waiting.values():
+            future.set_exception(gone)
+
+    def close(self) -> None:
+        """End of stdin: the server kills what still runs and exits."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+        self.reader.join(timeout=5)
+        for leftover in (self.home,):
+            try:
+                leftover.rmdir()
+            except OSError:
+                pass
+
+
+_server: ForkServer | None = None
+_server_pid = 0  # the process that started it: a forked worker (Celery prefork) starts its own
+_server_lock = threading.Lock()
+
+
+def server() -> ForkServer:
+    """This process's server, started (or restarted, if it died) on first use."""
+    global _server, _server_pid
+    with _server_lock:
+        if _server is None or _server_pid != os.getpid() or not _server.alive():
+            if _server is not None and _server_pid == os.getpid():
+                _server.close()
+            _server, _server_pid = ForkServer(), os.getpid()
+        return _server

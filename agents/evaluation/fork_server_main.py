@@ -1,0 +1,269 @@
+"""A long-lived parent for evaluation samples: it forks one child per sample instead of
+starting a fresh Python for each (``agents/evaluation/fork_server.py`` is its client;
+docs/evaluation.md, "How a sample is run").
+
+Usage: ``python -I fork_server_main.py``. Standard library only and no baton imports, like
+``child_main.py``, which it loads once from beside itself: every sample's child then starts
+from this process's clean memory (``child_main`` imported, no generated code ever run here),
+so starting a sample costs a fork, not an interpreter start and its imports (about 70 ms of
+CPU each).
+
+A child gets what ``agents.processes.run_limited`` gives a spawned one: its own session
+(process group), the sample's folder as working directory, HOME and TMPDIR, the minimal
+environment, the memory, CPU, core and file-size limits, stdin from /dev/null, stdout and
+stderr read here with only their last bytes kept, a wall-clock limit after which its whole
+group is killed, and the group killed in any case once it ends.
+
+Protocol, one JSON object a line. On stdin, one request per sample::
+
+    {"id": 7, "job": "/tmp/x/job.json", "cwd": "/tmp/x/work", "timeout_s": 10, "memory_mb": 512}
+
+On stdout: ``{"ready": true}`` once; for each request ``{"id": 7, "pid": 1234}`` when its child
+has started (the child leads process group 1234), then, in the order children end::
+
+    {"id": 7, "returncode": 0, "timed_out": false, "stdout_tail": "", "stderr_tail": ""}
+
+A request this process cannot use gets ``{"id": ..., "error": "..."}``. End of stdin (the
+worker exited or was killed) kills every child's group and ends this process. If this process
+is killed, each child is killed too (``PR_SET_PDEATHSIG``), and the client kills the groups of
+the children it was waiting for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib.util
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TAIL_BYTES = 4096  # per stream, as agents/processes.py keeps
+POLL_S = 0.05  # how often deadlines are looked at while children run
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(server_pid: int) -> None:
+    """SIGKILL this child if the server dies first (Linux; elsewhere the client's group kill remains)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != server_pid:  # it died before the line above: nobody would tell us
+        os._exit(1)
+
+
+def load_file(name: str, path: Path) -> Any:
+    """A module of baton's that is standard library only, by its path (``-I``: no folder of baton is on sys.path)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it is executed
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Child:
+    request_id: Any
+    pid: int
+    deadline: float
+    streams: dict[int, bytearray] = field(default_factory=dict)  # read fd -> its tail
+    totals: dict[int, int] = field(default_factory=dict)
+    open_fds: set[int] = field(default_factory=set)  # closed at end of file, or when the child is finished
+    timed_out: bool = False
+
+    def keep(self, fd: int, chunk: bytes) -> None:
+        buffer = self.streams[fd]
+        self.totals[fd] += len(chunk)
+        buffer += chunk
+        if len(buffer) > TAIL_BYTES:
+            del buffer[:-TAIL_BYTES]
+
+    def tail(self, fd: int) -> str:
+        body = self.streams[fd].decode("utf-8", "replace")
+        skipped = self.totals[fd] - len(self.streams[fd])
+        return f"[... {skipped} bytes before]\n{body}" if skipped else body
+
+
+def become_sample(request: dict[str, Any], out_w: int, err_w: int, child_main: Any, processes: Any,
+                  server_pid: int) -> None:
+    """In the forked child: take the sample's place and run it; never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)  # the server's wakeup pipe is closed below; its fd number may be reused
+        die_with_parent(server_pid)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1 << 16)  # the server's pipes to the worker and the other children's
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        cwd = Path(request["cwd"])
+        sample_env = processes.minimal_env(cwd)  # PATH and LANG of the server's own minimal environment
+        os.environ.clear()
+        os.environ.update(sample_env)
+        os.chdir(cwd)
+        processes.limiter(float(request["timeout_s"]), int(request["memory_mb"]))()
+        code = child_main.main(["child_main.py", request["job"]])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - told on stderr, like an uncaught error in a fresh Python
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+class Server:
+    def __init__(self) -> None:
+        here = Path(__file__).resolve().parent
+        self.child_main = load_file("baton_child_main", here / "child_main.py")
+        self.processes = load_file("baton_processes", here.parent / "processes.py")
+        self.children: dict[int, Child] = {}  # pid -> child
+        self.selector = selectors.DefaultSelector()
+        self.inbox = bytearray()
+        self.stdin_open = True
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd is written
+        signal.set_wakeup_fd(wake_w)
+        self.selector.register(wake_r, selectors.EVENT_READ, "wake")
+        self.selector.register(0, selectors.EVENT_READ, "requests")
+
+    def reply(self, message: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+    def serve(self) -> None:
+        gc.collect()
+        gc.freeze()  # what is here now is shared with every child, untouched by their collections
+        self.reply({"ready": True})
+        while self.stdin_open or self.children:
+            for key, _ in self.selector.select(timeout=POLL_S if self.children else None):
+                if key.data == "wake":
+                    self._drain_wakeups(key.fd)
+                elif key.data == "requests":
+                    self._read_requests()
+                else:
+                    self._read_stream(key.fd, key.data)
+            self._reap()
+        self.selector.close()
+
+    def _drain_wakeups(self, fd: int) -> None:
+        try:
+            while os.read(fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _read_requests(self) -> None:
+        chunk = os.read(0, 65536)
+        if not chunk:  # the worker is gone: nothing more will be asked, and nobody waits for these
+            self.stdin_open = False
+            self.selector.unregister(0)
+            for child in self.children.values():
+                child.deadline = 0.0
+            return
+        self.inbox += chunk
+        while b"\n" in self.inbox:
+            line, _, rest = bytes(self.inbox).partition(b"\n")
+            self.inbox = bytearray(rest)
+            if line.strip():
+                self._start(line)
+
+    def _start(self, line: bytes) -> None:
+        try:
+            request = json.loads(line)
+            request_id = request["id"]
+            timeout_s = float(request["timeout_s"])
+            for key in ("job", "cwd", "memory_mb"):
+                request[key]  # noqa: B018 - each must be there
+        except (ValueError, KeyError, TypeError) as exc:
+            self.reply({"id": None, "error": f"bad request {line[:200]!r}: {exc!r}"})
+            return
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        server_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            become_sample(request, out_w, err_w, self.child_main, self.processes, server_pid)
+        os.close(out_w)
+        os.close(err_w)
+        self.reply({"id": request_id, "pid": pid})
+        child = Child(request_id, pid, time.monotonic() + timeout_s)
+        for fd in (out_r, err_r):
+            os.set_blocking(fd, False)
+            child.streams[fd], child.totals[fd] = bytearray(), 0
+            child.open_fds.add(fd)
+            self.selector.register(fd, selectors.EVENT_READ, child)
+        self.children[pid] = child
+
+    def _read_stream(self, fd: int, child: Child) -> None:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if chunk:
+            child.keep(fd, chunk)
+        else:
+            self._close(child, fd)
+
+    def _close(self, child: Child, fd: int) -> None:
+        self.selector.unregister(fd)
+        os.close(fd)
+        child.open_fds.discard(fd)
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for pid, child in list(self.children.items()):
+            # Not reaped yet (WNOWAIT): the pid, and so the group id, stays ours until the group is killed.
+            ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            if not ended and now < child.deadline:
+                continue
+            child.timed_out = not ended
+            try:
+                os.killpg(pid, signal.SIGKILL)  # at the time limit, and to end what the child left running
+            except (ProcessLookupError, PermissionError):
+                pass
+            _, status = os.waitpid(pid, 0)
+            del self.children[pid]
+            self._finish(child, os.waitstatus_to_exitcode(status))
+
+    def _finish(self, child: Child, returncode: int) -> None:
+        for fd in list(child.open_fds):
+            # What is left in the pipe; a grandchild that escaped the group may hold it open: not waited for.
+            try:
+                while chunk := os.read(fd, 65536):
+                    child.keep(fd, chunk)
+            except BlockingIOError:
+                pass
+            self._close(child, fd)
+        out_fd, err_fd = list(child.streams)
+        if self.stdin_open:
+            self.reply({"id": child.request_id, "returncode": returncode, "timed_out": child.timed_out,
+                        "stdout_tail": child.tail(out_fd), "stderr_tail": child.tail(err_fd)})
+
+
+def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    Server().serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
