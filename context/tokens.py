@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -51,8 +52,18 @@ CHUNK_CHARS = 256_000
 SAMPLE_WINDOWS = 32
 SAMPLE_CHARS = 64_000
 
+#: Counts of recent texts, kept per process: a worker loads an agent's log again at every step
+#: and the API double counts every request's whole prefix, so the same texts come back call after
+#: call, and tokenising is most of what both spend. Keyed by (length, ``hash``): the texts
+#: themselves are not kept (a 64-bit hash plus the length; a collision would misjudge one count).
+MEMO_ENTRIES = 65_536
+#: Shorter texts are tokenised directly: the lookup would cost about as much.
+MEMO_MIN_CHARS = 64
+
 _ENC: Any = None
 _ENC_LOCK = threading.Lock()
+_MEMO: OrderedDict[tuple[int, int], int] = OrderedDict()
+_MEMO_LOCK = threading.Lock()
 
 
 def encoding() -> Any:
@@ -68,8 +79,31 @@ def encoding() -> Any:
 
 
 def _encode_len(text: str) -> int:
+    if len(text) < MEMO_MIN_CHARS:
+        return _tokenise(text)
+    key = (len(text), hash(text))
+    with _MEMO_LOCK:
+        count = _MEMO.get(key)
+        if count is not None:
+            _MEMO.move_to_end(key)
+            return count
+    count = _tokenise(text)  # outside the lock: threads tokenise in parallel (tiktoken releases the GIL)
+    with _MEMO_LOCK:
+        _MEMO[key] = count
+        if len(_MEMO) > MEMO_ENTRIES:
+            _MEMO.popitem(last=False)
+    return count
+
+
+def _tokenise(text: str) -> int:
     # Special-token text such as "<|endoftext|>" is counted as ordinary text.
     return len(encoding().encode(text, allowed_special=set(), disallowed_special=()))
+
+
+def forget_counts() -> None:
+    """Empty the memo of counts: a benchmark that times tokenising itself calls this first."""
+    with _MEMO_LOCK:
+        _MEMO.clear()
 
 
 def _cut(text: str, start: int, size: int) -> int:

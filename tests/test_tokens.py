@@ -417,3 +417,27 @@ def test_measure_calibrated_beats_baselines():
     assert worst and all(a["total_error"] >= b["total_error"] for a, b in zip(worst, worst[1:]))
     assert worst[0]["total_error"] >= total[cal]["p90"]
     assert {"shape", "assistant_raw", "user_raw", "error_tokens"} <= set(worst[0])
+
+
+def test_counts_are_remembered_bounded_and_equal_to_tokenising(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from context import tokens
+
+    tokens.forget_counts()
+    calls = []
+    real = tokens._tokenise
+    monkeypatch.setattr(tokens, "_tokenise", lambda text: calls.append(text) or real(text))
+    text = "a tool result that comes back at every step of the agent " * 40
+    assert tokens.count_text(text) == real(text) and tokens.count_text(text) == real(text)
+    assert len(calls) == 1  # the second count came from the memo
+    assert tokens.count_text("short") == real("short") and tokens.count_text("short") == real("short")
+    assert calls[1:] == ["short", "short"]  # short texts are not worth a lookup
+    monkeypatch.setattr(tokens, "MEMO_ENTRIES", 8)
+    texts = [f"{i} distinct text long enough to be remembered by the memo of counts" for i in range(50)]
+    with ThreadPoolExecutor(8) as pool:  # threads of one worker count at once
+        counts = list(pool.map(tokens.count_text, texts * 3))
+    assert counts == [real(t) for t in texts * 3]
+    assert len(tokens._MEMO) <= 8
+    tokens.forget_counts()
+    assert not tokens._MEMO
