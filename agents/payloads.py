@@ -10,6 +10,8 @@ agent's opening user message carries it as
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 from typing import Annotated, Any, Literal, Union
@@ -209,7 +211,13 @@ def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
 
 
 def payload_json_schema(kind: str) -> dict[str, Any]:
-    """JSON schema of one payload kind, self-contained, for the SubmitHandoff tool."""
+    """JSON schema of one payload kind, self-contained, for the SubmitHandoff tool (a copy: callers may change it)."""
+    return copy.deepcopy(_payload_schema(kind))
+
+
+@functools.cache
+def _payload_schema(kind: str) -> dict[str, Any]:
+    # Built once per process: pydantic's schema generation cost a step several milliseconds, every step.
     schema = _model_for(kind).model_json_schema()
     return _inline_refs(schema, schema.get("$defs", {}))
 
