@@ -13,6 +13,7 @@ import pytest
 from agents.config import ToolSettings
 from agents.tools.base import ToolContext, ToolResult, definition, run_tool
 from agents.tools.bash import SandboxUnavailable, usable_bwrap
+from agents.tools.read import shown_mtime
 from agents.tools.registry import FILE_TOOLS
 from context.compression import archive_ref
 from context.messages import ToolResultBlock, ToolUseBlock
@@ -115,8 +116,19 @@ def test_read_numbers_lines_and_records_mtime(ctx, tmp_path):
     data = good(ctx, "Read", path="design/a.md")
     assert data["content"] == "     1\talpha\n     2\tbeta\n     3\tgamma"
     assert (data["path"], data["start_line"], data["end_line"], data["total_lines"]) == ("design/a.md", 1, 3, 3)
-    assert data["mtime"] == path.stat().st_mtime and data["modified_externally"] is False
+    assert data["mtime"] == shown_mtime(path.stat().st_mtime) and data["modified_externally"] is False
     assert ctx.memory["reads"]["design/a.md"] == path.stat().st_mtime
+
+
+def test_the_mtime_shown_costs_the_same_tokens_however_its_float_ends():
+    # Two runs of bench/chaos.py read one file at these two mtimes: as floats their texts were one token
+    # apart (a repr drops trailing zeros), which moved a compaction decided at the threshold by one step.
+    from context.tokens import count_text
+
+    shown = [shown_mtime(m) for m in (1795548291.6856213, 1795548389.990298, 1795548400.0, 1795548295.510029)]
+    assert shown[0] == "2026-11-24T19:24:51.685+00:00"
+    assert len({len(s) for s in shown}) == 1 and len({count_text(s) for s in shown}) == 1
+    assert len({count_text(repr(m)) for m in (1795548291.6856213, 1795548389.990298)}) == 2  # what it was
 
 
 def test_read_offset_limit_and_past_end(ctx, tmp_path):

@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -204,7 +205,7 @@ class ReadTool(FileTool):
             "start_line": offset,
             "end_line": window.end_line,
             "total_lines": total,
-            "mtime": mtime,
+            "mtime": shown_mtime(mtime),
             "modified_externally": external,
             "content": window.content,
         }
@@ -237,3 +238,11 @@ class ReadTool(FileTool):
                 f"Read with offset={window.end_line + 1} to continue"
             )
         return ""
+
+
+def shown_mtime(mtime: float) -> str:
+    """The mtime as the model sees it: UTC, to the millisecond, always as wide. A float's repr drops
+    trailing zeros, so two runs reading the same file could see texts one token apart, and a
+    compaction decided at the threshold would then fall one step apart (bench/chaos.py found it).
+    The full value stays in the agent's memory for ``modified_externally``."""
+    return datetime.fromtimestamp(mtime, UTC).isoformat(timespec="milliseconds")
