@@ -74,12 +74,18 @@ def test_the_worker_passes_its_concurrency_and_picks_threads_above_one(tmp_path:
     from workers import cli
 
     calls: list[list[str]] = []
+    nices: list[int] = []
     monkeypatch.setattr(cli, "check_broker", lambda url: None)
     monkeypatch.setattr(app_module.app, "worker_main", calls.append)
+    monkeypatch.setattr(cli.os, "nice", nices.append)  # not this test process's own
     broker = {"BATON_BROKER_URL": "redis://127.0.0.1:1/0"}
     assert baton(tmp_path, "worker", "execute", "--concurrency", "8", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "init", **broker).exit_code == 0
-    many, one = calls
+    assert baton(tmp_path, "worker", "compaction", **broker).exit_code == 0
+    assert baton(tmp_path, "worker", "compaction", "--nice", "3", **broker).exit_code == 0
+    assert nices == [5, 5, 0, 3]  # step workers yield the CPU to the compaction worker on a busy machine
+    assert baton(tmp_path, "worker", "init", "--nice", "20", **broker).exit_code == 2
+    many, one, *_ = calls
     assert many[many.index("-c") + 1] == "8" and many[many.index("--pool") + 1] == "threads"
     assert one[one.index("-c") + 1] == "1" and one[one.index("--pool") + 1] == "prefork"
     solo = baton(tmp_path, "worker", "init", "--pool", "solo", "--concurrency", "2", **broker)

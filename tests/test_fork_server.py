@@ -31,6 +31,11 @@ def remember(data):
     return {"calls": len(CALLS), "server_module_loaded": "baton_child_main" in __import__("sys").modules}
 
 
+def niceness(data):
+    import os
+    return {"nice": os.nice(0)}
+
+
 def leave_behind(data, pid_file):
     import subprocess
     sleeper = subprocess.Popen(["sleep", "60"])  # same process group as the sample
@@ -83,6 +88,12 @@ def test_samples_forked_from_one_server_share_no_state(tmp_path: Path) -> None:
     assert [o["calls"] for o in results["b"]["outputs"]] == [1]
     assert results["a"]["outputs"][0]["server_module_loaded"] is True  # it did run in a forked child
     assert fork_server.server().alive()
+
+
+def test_samples_run_nicer_than_their_worker(tmp_path: Path) -> None:
+    build(tmp_path, [sample("n", [("niceness", {})])], tools=STATEFUL)
+    _, results = evaluate(tmp_path)
+    assert results["n"]["outputs"] == [{"nice": min(19, os.nice(0) + 5)}]  # the worker's own threads come first
 
 
 def test_what_a_sample_leaves_running_is_killed_with_its_group(tmp_path: Path) -> None:

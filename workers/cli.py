@@ -404,6 +404,23 @@ def current_agent(record: RunRecord | None) -> str:
 # ---- worker --------------------------------------------------------------------------------
 
 
+# On a busy machine the compaction worker is served first: a compaction holds its agent's next step,
+# while a step worker's many threads mostly wait on the model anyway (docs/deployment.md, "Sizing").
+WORKER_NICE = {"init": 5, "execute": 5, "compaction": 0}
+
+
+def check_worker_env() -> None:
+    """The settings a worker reads from its environment, checked before it takes a task."""
+    try:
+        from agents.cpu_slots import slots_from_env  # its import reads BATON_CPU_SLOTS already
+        from agents.evaluation.fork_server import enabled
+
+        slots_from_env()
+        enabled()
+    except ValueError as exc:
+        raise CliError(str(exc), "correct or unset that variable, then start the worker again") from None
+
+
 @command(cls=PlainUsage)
 @guarded
 def worker(
@@ -414,6 +431,9 @@ def worker(
     pool: Annotated[str | None, typer.Option(
         help="Celery pool: prefork, solo or threads [default: prefork for one step at a time, else threads]")] = None,
     profile: Profile = None,
+    nice: Annotated[int | None, typer.Option(
+        min=0, max=19, help="CPU niceness this worker adds to its own; its evaluation samples add 5 more "
+                            f"[default: {', '.join(f'{r} {n}' for r, n in WORKER_NICE.items())}]")] = None,
 ) -> None:
     """Start a Celery worker for one queue (needs BATON_BROKER_URL)."""
     role = queue.value
@@ -429,6 +449,7 @@ def worker(
     check_broker(url)
     if profile is not None:
         os.environ["BATON_PROFILE"] = profile  # the tasks build each scenario's agents from the environment
+    os.nice(WORKER_NICE[role] if nice is None else nice)
     from workers.app import app
 
     logging.getLogger("agents.backends").setLevel(logging.NOTSET)  # a worker's log says which model it runs
@@ -437,18 +458,6 @@ def worker(
     # however many a worker serves; with threads, the steps of many scenarios wait on the model together.
     app.worker_main(["worker", "-Q", role, "-n", f"{role}@%h", "-c", str(concurrency), "-E", "--loglevel", "INFO",
                      "--pool", pool])
-
-
-def check_worker_env() -> None:
-    """The settings a worker reads from its environment, checked before it takes a task."""
-    try:
-        from agents.cpu_slots import slots_from_env  # its import reads BATON_CPU_SLOTS already
-        from agents.evaluation.fork_server import enabled
-
-        slots_from_env()
-        enabled()
-    except ValueError as exc:
-        raise CliError(str(exc), "correct or unset that variable, then start the worker again") from None
 
 
 @command("fake-api", cls=PlainUsage)

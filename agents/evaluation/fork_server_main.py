@@ -47,6 +47,7 @@ from typing import Any
 
 TAIL_BYTES = 4096  # per stream, as agents/processes.py keeps
 POLL_S = 0.05  # how often deadlines are looked at while children run
+NICE = 5  # added to the worker's: on a busy machine the workers' own threads, then the samples
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -261,6 +262,7 @@ class Server:
 
 def main() -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.nice(NICE)
     Server().serve()
     return 0
 
