@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import sys
@@ -140,6 +141,52 @@ class RssWatch:
         return self.peak_mb
 
 
+class CpuUse:
+    """CPU seconds spent by each process this script started and by all its descendants (the live ones'
+    own time plus what they reaped: a worker's sample server and the samples it forked count as that
+    worker's ``children``), and by this script itself. Read at the start and the end of a run; the
+    difference is the run's."""
+
+    def __init__(self, procs: dict[str, Any]):
+        self.procs = procs
+        self.start = self._read()
+
+    def _read(self) -> dict[str, tuple[float, float]]:
+        tick = os.sysconf("SC_CLK_TCK")
+        stats: dict[int, list[str]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                stats[int(stat.parent.name)] = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError, ValueError):
+                continue
+        kids: dict[int, list[int]] = {}
+        for pid, fields in stats.items():
+            kids.setdefault(int(fields[1]), []).append(pid)  # field 4 of stat: the parent
+        seen: dict[str, tuple[float, float]] = {}
+        for name, proc in self.procs.items():
+            own = children = 0.0
+            todo = [proc.pid]
+            while todo:
+                pid = todo.pop()
+                todo += kids.get(pid, [])
+                if pid in stats:
+                    fields = stats[pid]
+                    if pid == proc.pid:
+                        own += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+                    else:
+                        children += (int(fields[11]) + int(fields[12])) / tick
+                    children += (int(fields[13]) + int(fields[14])) / tick  # cutime, cstime: reaped children
+            seen[name] = (own, children)
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        seen["bench"] = (me.ru_utime + me.ru_stime, 0.0)
+        return seen
+
+    def spent(self) -> dict[str, dict[str, float]]:
+        end = self._read()
+        return {name: {"own": end[name][0] - self.start.get(name, (0.0, 0.0))[0],
+                       "children": end[name][1] - self.start.get(name, (0.0, 0.0))[1]} for name in end}
+
+
 def rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -166,11 +213,20 @@ def start_copies(roots: list[Path], url: str) -> None:
 
 
 def wait_done(roots: list[Path], workers: dict[str, Any], procs: Procs, timeout: float) -> dict[str, float]:
-    t0, finished = time.time(), {}
+    t0, finished, seen = time.time(), {}, {}
     while len(finished) < len(roots) and time.time() - t0 < timeout:
         for root in roots:
+            if root.name in finished:
+                continue
+            try:  # read run.json only when it changed: this script shares the machine it measures
+                stamp = (root / "run.json").stat().st_mtime_ns
+            except OSError:
+                continue
+            if seen.get(root.name) == stamp:
+                continue
+            seen[root.name] = stamp
             state = run_state(root)
-            if root.name not in finished and (state.get("phase") == "done" or state.get("status") == "error"):
+            if state.get("phase") == "done" or state.get("status") == "error":
                 finished[root.name] = time.time() - t0
         for role, proc in workers.items():
             if proc.poll() is not None:
@@ -213,7 +269,8 @@ def course(root: Path) -> dict[str, Any]:
 
 
 def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any], procs: Procs,
-            waits: QueueWaits, redis: Any, timeout: float, alone: Path | None) -> dict[str, Any]:
+            waits: QueueWaits, redis: Any, timeout: float, alone: Path | None,
+            services: dict[str, Any]) -> dict[str, Any]:
     """``count`` copies named ``<tag>_<i>`` in the workers' scenarios folder, started at once."""
     roots = [copy_scenario(EXAMPLE, folder / f"{tag}_{i:03d}") for i in range(1, count + 1)]
     waits.clear()
@@ -221,12 +278,14 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
     redis.config_resetstat()  # the command count starts at 0 (the memory peak is not reset)
     redis_before = redis.info("stats")["total_commands_processed"]
     rss = RssWatch(workers)
+    cpu_use = CpuUse(services)
     t0, cpu0 = time.time(), cpu_sample()
     start_copies(roots, url)
     finished = wait_done(roots, workers, procs, timeout)
     wall = max(finished.values()) if len(finished) == len(roots) else time.time() - t0
     cpu = cpu_busy(cpu0, cpu_sample())
     peaks = rss.stop()
+    cpu_s = cpu_use.spent()
     time.sleep(1.0)  # the last events reach the receiver
     counts = count_run(roots)
     steps, compactions = waits.waits("baton.step"), waits.waits("baton.compaction")
@@ -239,7 +298,8 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
         "worker_rss_mb": peaks, "redis_commands": redis.info("stats")["total_commands_processed"] - redis_before,
         "redis_peak_mb": memory["used_memory_peak"] / 2**20,
         "redis_per_scenario_kb": max(0, memory["used_memory"] - memory_before) / 1024 / count,
-        "cpu_count": os.cpu_count(), "cpu_busy_pct": cpu,
+        "cpu_count": os.cpu_count(), "cpu_busy_pct": cpu, "cpu_s": cpu_s,
+        "cpu_s_per_scenario": sum(v["own"] + v["children"] for v in cpu_s.values()) / count,
     }
     result["integrity"] = integrity(roots, alone or roots[0])
     result["integrity_ok"] = not any(result["integrity"].values()) and not result["timed_out"]
@@ -260,7 +320,7 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
           workdir: Path) -> dict[str, Any]:
     procs = Procs(workdir)
     try:
-        _, url = start_redis(procs)
+        redis_proc, url = start_redis(procs)
         os.environ.update(BATON_BROKER_URL=url, ANTHROPIC_API_KEY=KEY)  # before workers.app is imported
         port = free_port()
         double = procs.start("fake-api", [str(BATON), "fake-api", "--port", str(port), "--latency",
@@ -273,20 +333,26 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
         os.environ["BATON_SCENARIOS_DIR"] = str(folder)  # the workers find every copy here by its name
         workers = {role: procs.start(f"worker-{role}", [str(BATON), "worker", role, "--concurrency", str(concurrency)],
                                      dict(os.environ)) for role in ("init", "execute", "compaction")}
+        services = {"redis": redis_proc, "fake-api": double, **{f"worker-{r}": p for r, p in workers.items()}}
         import redis as redis_lib
 
         redis = redis_lib.Redis.from_url(url)
         waits = QueueWaits(url)
         wait_for_workers(waits.app, workers, procs)
         print("warming up the workers with one copy, then running one copy alone (the ideal) ...", flush=True)
-        one_run("warm", 1, folder, url, workers, procs, waits, redis, timeout, None)  # imports, first connections
-        alone = one_run("alone", 1, folder, url, workers, procs, waits, redis, timeout, None)
+        # The warm-up fills imports and first connections.
+        one_run("warm", 1, folder, url, workers, procs, waits, redis, timeout, None, services)
+        alone = one_run("alone", 1, folder, url, workers, procs, waits, redis, timeout, None, services)
+        print(f"one copy alone: {alone['wall_s']:.0f} s, {alone['steps']} steps", flush=True)
+        print(cpu_line(alone), flush=True)
         runs = []
         for count in sweep:
             print(f"running S={count} ...", flush=True)
-            run = one_run(f"s{count}", count, folder, url, workers, procs, waits, redis, timeout, folder / "alone_001")
+            run = one_run(f"s{count}", count, folder, url, workers, procs, waits, redis, timeout, folder / "alone_001",
+                          services)
             run["ideal_s"] = alone["wall_s"]
             run["wall_over_ideal"] = run["wall_s"] / alone["wall_s"]
+            print(cpu_line(run), flush=True)
             print(final_line(run, latency), flush=True)
             runs.append(run)
         waits.stop()
@@ -316,6 +382,17 @@ def final_line(run: dict[str, Any], latency: float) -> str:
             f"steps/s {run['steps_per_s']:.2f}, step wait p95 {run['step_wait_s']['p95']:.2f}s, "
             f"compaction wait p99 {run['compaction_wait_ms']['p99']:.0f}ms, "
             f"integrity {'ok' if run['integrity_ok'] else 'FAILED'}")
+
+
+def cpu_line(run: dict[str, Any]) -> str:
+    """Where the CPU went, per scenario: each process's own time, and what its children spent."""
+    parts = []
+    for name, spent in run["cpu_s"].items():
+        part = f"{name} {spent['own'] / run['scenarios']:.2f}"
+        if spent["children"] > 0.005:
+            part += f" (+{spent['children'] / run['scenarios']:.2f} children)"
+        parts.append(part)
+    return f"  CPU s per scenario: {run['cpu_s_per_scenario']:.2f} in all: " + ", ".join(parts)
 
 
 def chart(res: dict[str, Any], img_dir: Path) -> Path:
