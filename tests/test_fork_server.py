@@ -125,6 +125,28 @@ def test_a_server_killed_mid_sample_loses_no_sample(tmp_path: Path) -> None:
     assert fork_server.server() is not first and fork_server.server().alive()
 
 
+def test_a_frozen_server_is_ended_and_its_sample_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fork_server, "GRACE_S", 1.0)
+    pid_file = tmp_path / "nap.pid"
+    build(tmp_path, [sample("naps", [("nap", {"pid_file": str(pid_file)})])], tools=STATEFUL)
+    frozen = fork_server.server()
+    import threading
+
+    done: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: done.update(zip(("report", "results"), evaluate(tmp_path))))
+    runner.start()
+    first_pid = int(wait_for_file(pid_file))
+    os.kill(frozen.proc.pid, signal.SIGSTOP)  # it can neither reap its child nor answer
+    try:
+        runner.join(timeout=60)
+    finally:
+        if frozen.alive():
+            os.kill(frozen.proc.pid, signal.SIGCONT)
+    results = done["results"]
+    assert isinstance(results, dict) and results["naps"]["outputs"] == [{"napped": True}]
+    assert not frozen.alive() and wait_gone(first_pid, within_s=5)
+
+
 WORKER = """
 import sys, threading
 sys.path.insert(0, sys.argv[1])

@@ -82,7 +82,14 @@ class ForkServer:
             except (OSError, ValueError) as exc:
                 self.waiting.pop(request_id, None)
                 raise ServerGone(f"the sample server did not take the sample: {exc}") from None
-        reply = future.result(timeout=timeout_s + GRACE_S)
+        try:
+            reply = future.result(timeout=timeout_s + GRACE_S)
+        except TimeoutError:
+            # The server enforces the limit itself, so it is stuck: end it (its children die with it) rather
+            # than run the sample again beside a child that may still write to the same folder.
+            self.proc.kill()
+            self.reader.join(timeout=5)
+            raise ServerGone(f"the sample server did not answer within {timeout_s + GRACE_S:.0f} s") from None
         if "error" in reply:
             raise ServerGone(f"the sample server refused the sample: {reply['error']}")
         return Finished(int(reply["returncode"]), bool(reply["timed_out"]), str(reply.get("stdout_tail", "")),
