@@ -316,8 +316,15 @@ def spread(values: list[float]) -> dict[str, float]:
 # ---- the whole bench ----------------------------------------------------------------------------
 
 
+def worker_nodes(processes: int) -> list[tuple[str, str]]:
+    """(node, role) of each worker process: ``processes`` each for init and execute (a threads pool runs its
+    Python on one core at a time), one for compaction. The first of a role keeps the default node name."""
+    steps = [(role if i == 1 else f"{role}-{i}", role) for role in ("init", "execute") for i in range(1, processes + 1)]
+    return [*steps, ("compaction", "compaction")]
+
+
 def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, timeout: float,
-          workdir: Path) -> dict[str, Any]:
+          workdir: Path, processes: int = 1) -> dict[str, Any]:
     procs = Procs(workdir)
     try:
         redis_proc, url = start_redis(procs)
@@ -331,8 +338,9 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
         folder = workdir / "scenarios"
         folder.mkdir()
         os.environ["BATON_SCENARIOS_DIR"] = str(folder)  # the workers find every copy here by its name
-        workers = {role: procs.start(f"worker-{role}", [str(BATON), "worker", role, "--concurrency", str(concurrency)],
-                                     dict(os.environ)) for role in ("init", "execute", "compaction")}
+        workers = {node: procs.start(f"worker-{node}", [str(BATON), "worker", role, "--concurrency", str(concurrency),
+                                                        "--name", f"{node}@%h"], dict(os.environ))
+                   for node, role in worker_nodes(processes)}
         services = {"redis": redis_proc, "fake-api": double, **{f"worker-{r}": p for r, p in workers.items()}}
         import redis as redis_lib
 
@@ -356,7 +364,8 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
             print(final_line(run, latency), flush=True)
             runs.append(run)
         waits.stop()
-        return {"alone": alone, "runs": runs, "latency_s": latency, "jitter_s": jitter, "concurrency": concurrency}
+        return {"alone": alone, "runs": runs, "latency_s": latency, "jitter_s": jitter, "concurrency": concurrency,
+                "processes": processes}
     finally:
         procs.stop_all()
 
@@ -442,7 +451,8 @@ def render(res: dict[str, Any], command: str, elapsed: float) -> str:
             f"Measured with `{command}` ({elapsed / 60:.0f} min in all) on {platform.node()}: "
             f"{os.cpu_count()} cores, Python {platform.python_version()}, code {code_version()}. Model latency "
             f"{res['latency_s']:g} s ± {res['jitter_s']:g} s per call (`baton fake-api --latency`), workers "
-            f"`baton worker ROLE --concurrency {res['concurrency']}`. The ideal is one copy run alone "
+            f"`baton worker ROLE --concurrency {res['concurrency']}` ({res.get('processes', 1)} process(es) each "
+            "for init and execute, one for compaction). The ideal is one copy run alone "
             f"({res['alone']['wall_s']:.0f} s, {res['alone']['steps']} steps).\n\n{table}\n\n"
             "![wall/ideal and steps/s against S](img/scale.png)\n")
 
@@ -453,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", default=None, help="several S, e.g. 1,10,50,100 (instead of --scenarios)")
     parser.add_argument("--latency", type=float, default=2.0, help="model latency per call, seconds")
     parser.add_argument("--jitter", type=float, default=None, help="± seconds [default: a quarter of the latency]")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="worker processes each for init and execute (compaction: one) [default: 1]")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="steps each worker serves at once [default: S of the largest run]")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per run, seconds")
@@ -477,10 +489,14 @@ def main(argv: list[str] | None = None) -> int:
     concurrency = args.concurrency or max(sweep)
     started = time.time()
     workdir = Path(tempfile.mkdtemp(prefix="baton-scale-"))
+    res: dict[str, Any] = {}
     try:
-        res = bench(sweep, args.latency, jitter, concurrency, args.timeout, workdir)
+        res = bench(sweep, args.latency, jitter, concurrency, args.timeout, workdir, args.processes)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if res and all(r["integrity_ok"] for r in res["runs"]):
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:  # what the failure left is evidence
+            print(f"kept {workdir} (the workers' logs, every copy's folder)", flush=True)
     command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
     res.update(command=command, elapsed_s=time.time() - started)
     if args.json:

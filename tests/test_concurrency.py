@@ -82,10 +82,12 @@ def test_the_worker_passes_its_concurrency_and_picks_threads_above_one(tmp_path:
     assert baton(tmp_path, "worker", "execute", "--concurrency", "8", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "init", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "compaction", **broker).exit_code == 0
-    assert baton(tmp_path, "worker", "compaction", "--nice", "3", **broker).exit_code == 0
+    assert baton(tmp_path, "worker", "compaction", "--nice", "3", "--name", "compaction-2@%h", **broker).exit_code == 0
     assert nices == [5, 5, 0, 3]  # step workers yield the CPU to the compaction worker on a busy machine
     assert baton(tmp_path, "worker", "init", "--nice", "20", **broker).exit_code == 2
-    many, one, *_ = calls
+    many, one, compaction, second = calls
+    assert compaction[compaction.index("-n") + 1] == "compaction@%h"  # one process of a role per host by default
+    assert second[second.index("-n") + 1] == "compaction-2@%h"  # a second one names itself
     assert many[many.index("-c") + 1] == "8" and many[many.index("--pool") + 1] == "threads"
     assert one[one.index("-c") + 1] == "1" and one[one.index("--pool") + 1] == "prefork"
     solo = baton(tmp_path, "worker", "init", "--pool", "solo", "--concurrency", "2", **broker)

@@ -431,6 +431,9 @@ def worker(
     pool: Annotated[str | None, typer.Option(
         help="Celery pool: prefork, solo or threads [default: prefork for one step at a time, else threads]")] = None,
     profile: Profile = None,
+    name: Annotated[str | None, typer.Option(
+        help="Celery node name, unique per worker process; for a second process of a role on one host, e.g. "
+             "execute-2@%h [default: ROLE@%h]")] = None,
     nice: Annotated[int | None, typer.Option(
         min=0, max=19, help="CPU niceness this worker adds to its own; its evaluation samples add 5 more "
                             f"[default: {', '.join(f'{r} {n}' for r, n in WORKER_NICE.items())}]")] = None,
@@ -456,8 +459,8 @@ def worker(
 
     # Each step holds its agent's lock for its whole duration, so one agent never runs two steps at once
     # however many a worker serves; with threads, the steps of many scenarios wait on the model together.
-    app.worker_main(["worker", "-Q", role, "-n", f"{role}@%h", "-c", str(concurrency), "-E", "--loglevel", "INFO",
-                     "--pool", pool])
+    app.worker_main(["worker", "-Q", role, "-n", name or f"{role}@%h", "-c", str(concurrency), "-E", "--loglevel",
+                     "INFO", "--pool", pool])
 
 
 @command("fake-api", cls=PlainUsage)
