@@ -59,13 +59,14 @@ from runtime import (  # noqa: E402
 )
 
 from agents.disk import AgentDisk  # noqa: E402
-from agents.events import CompactionRecord  # noqa: E402
+from agents.events import CompactionRecord, StepEvent  # noqa: E402
 from scenarios.run import copy_scenario  # noqa: E402
 
 EXAMPLE = REPO_ROOT / "scenarios" / "refund_desk"
 BATON = Path(sys.executable).with_name("baton")
 KEY = "sk-ant-scale-bench"  # the double accepts any key; no real one is ever read
 PROFILE = "demo"
+BORDERLINE_SHARE = 0.02  # of the threshold: how close a compaction decision may be and still fall either way
 
 
 # ---- what the workers' events say ---------------------------------------------------------------
@@ -240,7 +241,7 @@ def integrity(roots: list[Path], alone: Path) -> dict[str, list[str]]:
     copy whose run took another course than that copy's: other steps, compactions or iteration results.
     (A byte comparison, as the chaos suite makes with a twin of the same name, cannot work here: the
     scenario's name is in every request, so token counts and tool-call ids differ between copies.)"""
-    found: dict[str, list[str]] = {"not_done": [], "duplicates": [], "lost": [], "other_course": []}
+    found: dict[str, list[str]] = {"not_done": [], "duplicates": [], "lost": [], "other_course": [], "borderline": []}
     reference = course(alone)
     for root in roots:
         state = run_state(root)
@@ -251,9 +252,43 @@ def integrity(roots: list[Path], alone: Path) -> dict[str, list[str]]:
         found["duplicates"] += dups
         found["lost"] += lost
         mine = course(root)
-        found["other_course"] += [f"{root.name}: {key} {mine[key]}, alone {reference[key]}"
-                                  for key in reference if mine[key] != reference[key]]
+        for key in (k for k in reference if mine[k] != reference[k]):
+            split = borderline_split(root, alone, key.split()[0]) if key.endswith("compactions") else None
+            line = f"{root.name}: {key} {mine[key]}, alone {reference[key]}"
+            if split and all(mine[k] == reference[k] for k in reference if not k.endswith("compactions")):
+                found["borderline"].append(f"{line} ({split})")
+            else:
+                found["other_course"].append(line)
     return found
+
+
+def borderline_split(root: Path, alone: Path, role: str) -> str | None:
+    """Where ``root``'s compactions part from the lone copy's, if the decision there was at the threshold.
+
+    A copy's name is in every request and its tool-call ids are hashed from it, so copies differ by a few
+    tokens a step: a decision within ``BORDERLINE_SHARE`` of the threshold may fall on either side of it,
+    and every later compaction moves with it. That is a different course, not a lost or duplicated record;
+    it is reported as *borderline* and does not fail integrity. None when the split was not that close."""
+    events = {r.name: AgentDisk.load(r, role).events for r in (root, alone)}
+    points = [[e.after_step for e in found if isinstance(e, CompactionRecord)] for found in events.values()]
+    first = next((min(a, b) for a, b in zip(*points) if a != b), None)
+    if first is None and len(points[0]) != len(points[1]):
+        first = max(points, key=len)[min(map(len, points))]
+    if first is None:
+        return None
+    seen = []
+    for name, found in events.items():
+        compaction = next((e for e in found if isinstance(e, CompactionRecord) and e.after_step == first), None)
+        step = next((e for e in found if isinstance(e, StepEvent) and e.step == first + 1), None)
+        if step is None:
+            return None
+        # The copy that compacted: what it saw before; the other: its exact count (or estimate) of that step.
+        tokens = compaction.tokens_before if compaction else step.counted_input or step.estimated_input
+        seen.append((name, tokens, step.threshold))
+    if all(abs(tokens - limit) <= BORDERLINE_SHARE * limit for _, tokens, limit in seen):
+        return f"the decision before step {first + 1} was at the threshold: " + ", ".join(
+            f"{name} {tokens:,} of {limit:,}" for name, tokens, limit in seen)
+    return None
 
 
 def course(root: Path) -> dict[str, Any]:
@@ -302,7 +337,8 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
         "cpu_s_per_scenario": sum(v["own"] + v["children"] for v in cpu_s.values()) / count,
     }
     result["integrity"] = integrity(roots, alone or roots[0])
-    result["integrity_ok"] = not any(result["integrity"].values()) and not result["timed_out"]
+    result["integrity_ok"] = not any(v for k, v in result["integrity"].items() if k != "borderline") \
+        and not result["timed_out"]
     return result
 
 
@@ -435,6 +471,11 @@ def chart(res: dict[str, Any], img_dir: Path) -> Path:
     return path
 
 
+def integrity_cell(run: dict[str, Any]) -> str:
+    near = len(run["integrity"].get("borderline", []))
+    return ("ok" if run["integrity_ok"] else "**FAILED**") + (f" ({near} borderline)" if near else "")
+
+
 def render(res: dict[str, Any], command: str, elapsed: float) -> str:
     rows = []
     for r in res["runs"]:
@@ -443,7 +484,7 @@ def render(res: dict[str, Any], command: str, elapsed: float) -> str:
                      f"{r['steps_per_s']:.2f}", f"{r['step_wait_s']['median']:.2f} / {r['step_wait_s']['p95']:.2f} / "
                      f"{r['step_wait_s']['max']:.2f}", f"{r['compaction_wait_ms']['p99']:.0f}", rss,
                      f"{r['redis_commands']:,}", f"{r['redis_peak_mb']:.1f}", f"{r['redis_per_scenario_kb']:.0f}",
-                     "ok" if r["integrity_ok"] else "**FAILED**"])
+                     integrity_cell(r)])
     table = md_table(["S", "wall s", "ideal s", "wall/ideal", "steps/s", "step wait s (median / p95 / max)",
                       "compaction wait p99 ms", "worker RSS MB (peak)", "Redis commands", "Redis peak MB",
                       "Redis KB/scenario", "integrity"], rows, "rrrrrlrlrrrl")
@@ -454,7 +495,16 @@ def render(res: dict[str, Any], command: str, elapsed: float) -> str:
             f"`baton worker ROLE --concurrency {res['concurrency']}` ({res.get('processes', 1)} process(es) each "
             "for init and execute, one for compaction). The ideal is one copy run alone "
             f"({res['alone']['wall_s']:.0f} s, {res['alone']['steps']} steps).\n\n{table}\n\n"
-            "![wall/ideal and steps/s against S](img/scale.png)\n")
+            "![wall/ideal and steps/s against S](img/scale.png)\n" + borderline_note(res))
+
+
+def borderline_note(res: dict[str, Any]) -> str:
+    lines = [f"- S={r['scenarios']}: {line}" for r in res["runs"] for line in r["integrity"].get("borderline", [])]
+    if not lines:
+        return ""
+    return ("\n*Borderline* copies took another course than the copy alone only because a compaction decision fell "
+            "within 2% of the threshold (a copy's name, in every request and in its tool-call ids, moves its "
+            "counts by a few tokens a step); nothing was lost or duplicated:\n\n" + "\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,7 +83,7 @@ def test_the_worker_passes_its_concurrency_and_picks_threads_above_one(tmp_path:
     assert baton(tmp_path, "worker", "init", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "compaction", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "compaction", "--nice", "3", "--name", "compaction-2@%h", **broker).exit_code == 0
-    assert nices == [5, 5, 0, 3]  # step workers yield the CPU to the compaction worker on a busy machine
+    assert nices == [10, 10, 0, 3]  # step workers yield the CPU to the compaction worker on a busy machine
     assert baton(tmp_path, "worker", "init", "--nice", "20", **broker).exit_code == 2
     many, one, compaction, second = calls
     assert compaction[compaction.index("-n") + 1] == "compaction@%h"  # one process of a role per host by default

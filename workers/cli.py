@@ -406,7 +406,7 @@ def current_agent(record: RunRecord | None) -> str:
 
 # On a busy machine the compaction worker is served first: a compaction holds its agent's next step,
 # while a step worker's many threads mostly wait on the model anyway (docs/deployment.md, "Sizing").
-WORKER_NICE = {"init": 5, "execute": 5, "compaction": 0}
+WORKER_NICE = {"init": 10, "execute": 10, "compaction": 0}
 
 
 def check_worker_env() -> None:
