@@ -471,6 +471,18 @@ def chart(res: dict[str, Any], img_dir: Path) -> Path:
     return path
 
 
+def cpu_cell(run: dict[str, Any]) -> str:
+    """baton's own CPU per scenario (its workers; in brackets what their samples took) against all of it
+    (the API double, Redis and this script too). Runs measured before the bench counted CPU show "-"."""
+    spent = run.get("cpu_s")
+    if not spent:
+        return "-"
+    workers = {k: v for k, v in spent.items() if k.startswith("worker-")}
+    own = sum(v["own"] + v["children"] for v in workers.values()) / run["scenarios"]
+    samples = sum(v["children"] for v in workers.values()) / run["scenarios"]
+    return f"{own:.2f} ({samples:.2f}) / {run['cpu_s_per_scenario']:.2f}"
+
+
 def integrity_cell(run: dict[str, Any]) -> str:
     near = len(run["integrity"].get("borderline", []))
     return ("ok" if run["integrity_ok"] else "**FAILED**") + (f" ({near} borderline)" if near else "")
@@ -483,11 +495,12 @@ def render(res: dict[str, Any], command: str, elapsed: float) -> str:
         rows.append([r["scenarios"], f"{r['wall_s']:.0f}", f"{r['ideal_s']:.0f}", f"{r['wall_over_ideal']:.2f}",
                      f"{r['steps_per_s']:.2f}", f"{r['step_wait_s']['median']:.2f} / {r['step_wait_s']['p95']:.2f} / "
                      f"{r['step_wait_s']['max']:.2f}", f"{r['compaction_wait_ms']['p99']:.0f}", rss,
-                     f"{r['redis_commands']:,}", f"{r['redis_peak_mb']:.1f}", f"{r['redis_per_scenario_kb']:.0f}",
+                     cpu_cell(r), f"{r['redis_commands']:,}", f"{r['redis_peak_mb']:.1f}",
+                     f"{r['redis_per_scenario_kb']:.0f}",
                      integrity_cell(r)])
     table = md_table(["S", "wall s", "ideal s", "wall/ideal", "steps/s", "step wait s (median / p95 / max)",
-                      "compaction wait p99 ms", "worker RSS MB (peak)", "Redis commands", "Redis peak MB",
-                      "Redis KB/scenario", "integrity"], rows, "rrrrrlrlrrrl")
+                      "compaction wait p99 ms", "worker RSS MB (peak)", "CPU s per scenario: workers (samples) / all",
+                      "Redis commands", "Redis peak MB", "Redis KB/scenario", "integrity"], rows, "rrrrrlrllrrrl")
     return ("## Scale (many scenarios at once)\n\n"
             f"Measured with `{command}` ({elapsed / 60:.0f} min in all) on {platform.node()}: "
             f"{os.cpu_count()} cores, Python {platform.python_version()}, code {code_version()}. Model latency "
