@@ -78,15 +78,12 @@ def test_the_worker_passes_its_concurrency_and_picks_threads_above_one(tmp_path:
     monkeypatch.setattr(cli, "check_broker", lambda url: None)
     monkeypatch.setattr(app_module.app, "worker_main", calls.append)
     monkeypatch.setattr(cli.os, "nice", nices.append)  # not this test process's own
-    switches: list[float] = []
-    monkeypatch.setattr(cli.sys, "setswitchinterval", switches.append)
     broker = {"BATON_BROKER_URL": "redis://127.0.0.1:1/0"}
     assert baton(tmp_path, "worker", "execute", "--concurrency", "8", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "init", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "compaction", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "compaction", "--nice", "3", "--name", "compaction-2@%h", **broker).exit_code == 0
     assert nices == [10, 10, 0, 3]  # step workers yield the CPU to the compaction worker on a busy machine
-    assert switches == [cli.THREADS_SWITCH_INTERVAL_S]  # the threads pool only (execute -c 8)
     assert baton(tmp_path, "worker", "init", "--nice", "20", **broker).exit_code == 2
     many, one, compaction, second = calls
     assert compaction[compaction.index("-n") + 1] == "compaction@%h"  # one process of a role per host by default

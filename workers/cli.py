@@ -407,7 +407,6 @@ def current_agent(record: RunRecord | None) -> str:
 # On a busy machine the compaction worker is served first: a compaction holds its agent's next step,
 # while a step worker's many threads mostly wait on the model anyway (docs/deployment.md, "Sizing").
 WORKER_NICE = {"init": 10, "execute": 10, "compaction": 0}
-THREADS_SWITCH_INTERVAL_S = 0.001
 
 
 def check_worker_env() -> None:
@@ -454,11 +453,6 @@ def worker(
     if profile is not None:
         os.environ["BATON_PROFILE"] = profile  # the tasks build each scenario's agents from the environment
     os.nice(WORKER_NICE[role] if nice is None else nice)
-    if pool == "threads":
-        # The thread that takes tasks off Redis needs the GIL back after each round trip; behind task threads
-        # busy in Python it waited a whole switch interval (5 ms) each time. Handing over sooner keeps a
-        # compaction from waiting in the queue while the worker's other threads are busy.
-        sys.setswitchinterval(THREADS_SWITCH_INTERVAL_S)
     from workers.app import app
 
     logging.getLogger("agents.backends").setLevel(logging.NOTSET)  # a worker's log says which model it runs
