@@ -503,7 +503,8 @@ def render(res: dict[str, Any], command: str, elapsed: float) -> str:
                       "Redis commands", "Redis peak MB", "Redis KB/scenario", "integrity"], rows, "rrrrrlrllrrrl")
     return ("## Scale (many scenarios at once)\n\n"
             f"Measured with `{command}` ({elapsed / 60:.0f} min in all) on {platform.node()}: "
-            f"{os.cpu_count()} cores, Python {platform.python_version()}, code {code_version()}. Model latency "
+            f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"code {res.get('code') or code_version()}. Model latency "
             f"{res['latency_s']:g} s ± {res['jitter_s']:g} s per call (`baton fake-api --latency`), workers "
             f"`baton worker ROLE --concurrency {res['concurrency']}` ({res.get('processes', 1)} process(es) each "
             "for init and execute, one for compaction). The ideal is one copy run alone "
@@ -561,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         else:  # what the failure left is evidence
             print(f"kept {workdir} (the workers' logs, every copy's folder)", flush=True)
     command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    res.update(command=command, elapsed_s=time.time() - started)
+    res.update(command=command, elapsed_s=time.time() - started, code=code_version())
     if args.json:
         args.json.write_text(json.dumps(res, indent=2, default=str))
     if args.out:
