@@ -44,27 +44,41 @@ class Finished:
     stderr_tail: str = ""
 
 
-class Tail(threading.Thread):
-    """Drains one pipe of a child and keeps its last bytes only: a child that prints
-    without end must not fill the parent's memory."""
+class TailBuffer:
+    """The last ``TAIL_BYTES`` of a stream and how many bytes came in all: a child that prints
+    without end must not fill its reader's memory. Fed by ``Tail`` here and by the sample server
+    (agents/evaluation/fork_server_main.py)."""
 
-    def __init__(self, stream: Any):
-        super().__init__(daemon=True)
-        self.stream = stream
+    def __init__(self) -> None:
         self.buffer = bytearray()
         self.total = 0
 
-    def run(self) -> None:
-        fd = self.stream.fileno()
-        while chunk := os.read(fd, 65536):
-            self.total += len(chunk)
-            self.buffer += chunk
-            if len(self.buffer) > TAIL_BYTES:
-                del self.buffer[:-TAIL_BYTES]
+    def keep(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.buffer += chunk
+        if len(self.buffer) > TAIL_BYTES:
+            del self.buffer[:-TAIL_BYTES]
 
     def text(self) -> str:
         body = self.buffer.decode("utf-8", "replace")
         return f"[... {self.total - len(self.buffer)} bytes before]\n{body}" if self.total > len(self.buffer) else body
+
+
+class Tail(threading.Thread):
+    """Drains one pipe of a child into a ``TailBuffer``."""
+
+    def __init__(self, stream: Any):
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.kept = TailBuffer()
+
+    def run(self) -> None:
+        fd = self.stream.fileno()
+        while chunk := os.read(fd, 65536):
+            self.kept.keep(chunk)
+
+    def text(self) -> str:
+        return self.kept.text()
 
 
 def limiter(timeout_s: float, memory_mb: int) -> Callable[[], None]:

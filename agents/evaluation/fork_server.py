@@ -136,11 +136,10 @@ class ForkServer:
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
         self.reader.join(timeout=5)
-        for leftover in (self.home,):
-            try:
-                leftover.rmdir()
-            except OSError:
-                pass
+        try:
+            self.home.rmdir()
+        except OSError:
+            pass
 
 
 _server: ForkServer | None = None
