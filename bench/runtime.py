@@ -116,17 +116,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def group_members(pgid: int) -> list[int]:
-    """Pids whose process group is ``pgid`` (Linux /proc)."""
-    pids = []
+def proc_stats() -> dict[int, list[str]]:
+    """Every live process's /proc/PID/stat fields after the command name (Linux): [0] state,
+    [1] parent, [2] process group, [11:15] utime, stime, cutime, cstime in clock ticks."""
+    stats = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            stats[int(stat.parent.name)] = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError, ValueError):
             continue
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            pids.append(int(stat.parent.name))
-    return pids
+    return stats
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids whose process group is ``pgid`` (Linux /proc)."""
+    return [pid for pid, fields in proc_stats().items() if len(fields) > 2 and int(fields[2]) == pgid]
 
 
 class Procs:

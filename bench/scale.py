@@ -53,6 +53,7 @@ from runtime import (  # noqa: E402
     free_port,
     group_members,
     pct,
+    proc_stats,
     run_state,
     start_redis,
     wait_for_workers,
@@ -154,15 +155,10 @@ class CpuUse:
 
     def _read(self) -> dict[str, tuple[float, float]]:
         tick = os.sysconf("SC_CLK_TCK")
-        stats: dict[int, list[str]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                stats[int(stat.parent.name)] = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError, ValueError):
-                continue
+        stats = proc_stats()
         kids: dict[int, list[int]] = {}
         for pid, fields in stats.items():
-            kids.setdefault(int(fields[1]), []).append(pid)  # field 4 of stat: the parent
+            kids.setdefault(int(fields[1]), []).append(pid)
         seen: dict[str, tuple[float, float]] = {}
         for name, proc in self.procs.items():
             own = children = 0.0
