@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.events import CompactionRecord, Event, HandoffEvent, StepEvent, append_event, now, read_events
 from agents.role import Role
@@ -31,8 +31,9 @@ from context.compression import archive_ref
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, parse_message
 from context.redaction import redact_message
+from scenarios.jsonl_cache import JsonlCache, Problem
 from scenarios.lease import Lease
-from scenarios.store import Layout, append_jsonl, read_json, read_jsonl, write_json
+from scenarios.store import Layout, append_jsonl, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,9 @@ class AgentState(BaseModel):
 
 
 class LogRecord(BaseModel):
-    """One line of ``state/<agent>/log.jsonl``."""
+    """One line of ``state/<agent>/log.jsonl``. Frozen: loads share them (``LOG_FILES``)."""
 
+    model_config = ConfigDict(frozen=True)
     seq: int
     kind: Literal["opening", "assistant", "results", "note"]
     step: int  # the step this record belongs to; an opening carries the last finished step
@@ -71,6 +73,16 @@ class LogRecord(BaseModel):
     event: dict[str, Any] | None = None
     estimator: dict[str, Any] | None = None
     at: str = ""
+
+
+def _record_or_problem(number: int, raw: Any) -> LogRecord | Problem:
+    try:
+        return LogRecord.model_validate(raw)
+    except ValueError as exc:
+        return Problem(f"log record {number} is not a valid record ({exc.__class__.__name__}); ignored")
+
+
+LOG_FILES = JsonlCache(_record_or_problem)
 
 
 @dataclass
@@ -104,13 +116,9 @@ class AgentDisk:
     @classmethod
     def load(cls, root: Path, agent: Role, lease: Lease | None = None) -> AgentDisk:
         disk = cls(Layout(Path(root)), agent, lease=lease)
-        log = read_jsonl(disk.layout.log(agent))
-        for number, raw in enumerate(log.records, start=1):
-            try:
-                disk.records.append(LogRecord.model_validate(raw))
-            except ValueError as exc:
-                disk.problems.append(f"log record {number} is not a valid record ({exc.__class__.__name__}); ignored")
-        disk.problems += [f"{disk.layout.log(agent).name} {p}" for p in log.problems]
+        log = LOG_FILES.read(disk.layout.log(agent))
+        disk.records = log.items
+        disk.problems += log.record_problems + [f"{disk.layout.log(agent).name} {p}" for p in log.line_problems]
         disk.events, event_problems = read_events(disk.layout.events(agent))
         disk.problems += event_problems
         path = disk.layout.state(agent) / "agent.json"

@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from context.compaction_event import CompactionEvent
 from context.redaction import redact_value
+from scenarios.jsonl_cache import JsonlCache, Problem
 from scenarios.lease import Lease
-from scenarios.store import append_jsonl, read_jsonl
+from scenarios.store import append_jsonl
 
 
 def now() -> str:
@@ -141,16 +142,19 @@ def parse_event(raw: Any) -> Event:
     return _EVENT.validate_python(raw)
 
 
+def _event_or_problem(number: int, raw: Any) -> Event | Problem:
+    try:
+        return parse_event(raw)
+    except ValidationError as exc:
+        kind = raw.get("kind") if isinstance(raw, dict) else None
+        return Problem(f"record {number} (kind {kind!r}) is not a known event ({exc.error_count()} problem(s)); "
+                       "ignored")
+
+
+EVENT_FILES = JsonlCache(_event_or_problem)  # events are frozen models: reads may share them
+
+
 def read_events(path: Path) -> tuple[list[Event], list[str]]:
     """The events of one file, and a line per record that could not be read."""
-    lines = read_jsonl(path)
-    events: list[Event] = []
-    problems = [f"{path.name} {p}" for p in lines.problems]
-    for number, raw in enumerate(lines.records, start=1):
-        try:
-            events.append(parse_event(raw))
-        except ValidationError as exc:
-            kind = raw.get("kind") if isinstance(raw, dict) else None
-            problems.append(f"{path.name} record {number} (kind {kind!r}) is not a known event "
-                            f"({exc.error_count()} problem(s)); ignored")
-    return events, problems
+    parsed = EVENT_FILES.read(path)
+    return parsed.items, [f"{path.name} {p}" for p in parsed.line_problems + parsed.record_problems]
