@@ -310,7 +310,8 @@ class SimulatedModel:
         self.requests: list[str] = []  # fingerprints of every request, for tests
 
     def create(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request.fingerprint())
+        fingerprint = request.fingerprint()  # once: it serialises the whole request
+        self.requests.append(fingerprint)
         convo = Conversation.of(request)
         script = self.script or load_script(convo.script_name())
         if request.purpose == "summary" or convo.wants_summary():
@@ -319,7 +320,7 @@ class SimulatedModel:
         else:
             blocks = Planner(script, convo).reply()
             stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in blocks) else "end_turn"
-        return ModelResponse(id=f"msg_sim_{request.fingerprint()}", model=f"{request.model} ({LABEL})", content=blocks,
+        return ModelResponse(id=f"msg_sim_{fingerprint}", model=f"{request.model} ({LABEL})", content=blocks,
                              stop_reason=stop, usage=_usage(request, convo.messages, blocks), simulated=True)
 
 
