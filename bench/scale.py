@@ -82,6 +82,7 @@ class QueueWaits:
         self.app = make_app(url)
         self.lock = threading.Lock()
         self.sent: dict[str, tuple[str, float]] = {}
+        self.received: dict[str, float] = {}
         self.started: dict[str, float] = {}
         self.receiver: Any = None
         ready = threading.Event()
@@ -103,17 +104,22 @@ class QueueWaits:
         with self.lock:
             if kind == "task-sent" and uuid not in self.sent:  # a retry is sent again: the first send counts
                 self.sent[uuid] = (str(event.get("name", "")), at)
+            elif kind == "task-received" and uuid not in self.received:
+                self.received[uuid] = at
             elif kind == "task-started" and uuid not in self.started:
                 self.started[uuid] = at
 
-    def waits(self, prefix: str) -> list[float]:
+    def waits(self, prefix: str, until: str = "started") -> list[float]:
+        """Seconds from ``task-sent`` to ``until`` (``received``: the worker's consumer took the message;
+        ``started``: a pool thread began it) per task whose name starts with ``prefix``."""
+        ends = self.started if until == "started" else self.received
         with self.lock:
-            return [self.started[u] - at for u, (name, at) in self.sent.items()
-                    if name.startswith(prefix) and u in self.started]
+            return [ends[u] - at for u, (name, at) in self.sent.items() if name.startswith(prefix) and u in ends]
 
     def clear(self) -> None:
         with self.lock:
             self.sent.clear()
+            self.received.clear()
             self.started.clear()
 
     def stop(self) -> None:
@@ -326,6 +332,9 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
         "steps": counts["steps"], "compactions": counts["compactions"], "steps_per_s": counts["steps"] / wall,
         "step_wait_s": spread(steps),
         "compaction_wait_ms": {k: v if k == "n" else v * 1000 for k, v in spread(compactions).items()},
+        # The part of it before the compaction worker's consumer took the message off Redis.
+        "compaction_receive_ms": {k: v if k == "n" else v * 1000
+                                  for k, v in spread(waits.waits("baton.compaction", "received")).items()},
         "worker_rss_mb": peaks, "redis_commands": redis.info("stats")["total_commands_processed"] - redis_before,
         "redis_peak_mb": memory["used_memory_peak"] / 2**20,
         "redis_per_scenario_kb": max(0, memory["used_memory"] - memory_before) / 1024 / count,
@@ -393,6 +402,7 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
             run["ideal_s"] = alone["wall_s"]
             run["wall_over_ideal"] = run["wall_s"] / alone["wall_s"]
             print(cpu_line(run), flush=True)
+            print(wait_line(run), flush=True)
             print(final_line(run, latency), flush=True)
             runs.append(run)
         waits.stop()
@@ -423,6 +433,16 @@ def final_line(run: dict[str, Any], latency: float) -> str:
             f"steps/s {run['steps_per_s']:.2f}, step wait p95 {run['step_wait_s']['p95']:.2f}s, "
             f"compaction wait p99 {run['compaction_wait_ms']['p99']:.0f}ms, "
             f"integrity {'ok' if run['integrity_ok'] else 'FAILED'}")
+
+
+def wait_line(run: dict[str, Any]) -> str:
+    """The compaction wait split at the consumer: sent to received, and the whole wait (sent to started)."""
+    got, whole = run.get("compaction_receive_ms", {}), run["compaction_wait_ms"]
+    if not got:  # a JSON written before the split was measured
+        return ""
+    return (f"  compaction wait ms, sent to received / to started: median {got['median']:.0f} / "
+            f"{whole['median']:.0f}, p95 {got['p95']:.0f} / {whole['p95']:.0f}, p99 {got['p99']:.0f} / "
+            f"{whole['p99']:.0f}, max {got['max']:.0f} / {whole['max']:.0f}")
 
 
 def cpu_line(run: dict[str, Any]) -> str:
