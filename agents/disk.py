@@ -29,6 +29,7 @@ from agents.tools.base import parse_envelope
 from context.compaction import CircuitBreaker
 from context.compression import archive_ref
 from context.history import History
+from context.identity_memo import IdentityMemo
 from context.messages import Message, TextBlock, ToolResultBlock, parse_message
 from context.redaction import redact_message
 from scenarios.jsonl_cache import JsonlCache, Problem
@@ -83,6 +84,9 @@ def _record_or_problem(number: int, raw: Any) -> LogRecord | Problem:
 
 
 LOG_FILES = JsonlCache(_record_or_problem)
+# Each record's message, parsed once per process: records are frozen and shared by every load (LOG_FILES),
+# so a step's history reuses the messages (and their token counts) the steps before it parsed.
+_MESSAGE_OF = IdentityMemo(lambda record: parse_message(record.message), size=8192)
 
 
 @dataclass
@@ -140,7 +144,7 @@ class AgentDisk:
             if rec.kind == "assistant" and rec.event and rec.step not in stepped:
                 owed.append(StepEvent.model_validate(rec.event))
             elif rec.kind == "results" and rec.step not in handed:
-                path = next((handoff_path_of(b) for b in parse_message(rec.message).tool_results
+                path = next((handoff_path_of(b) for b in _MESSAGE_OF(rec).tool_results
                              if accepted_handoff(b)), None)
                 if path is not None:
                     owed.append(HandoffEvent(step=rec.step, iteration=rec.iteration, path=path, at=rec.at or now()))
@@ -153,7 +157,7 @@ class AgentDisk:
         return [r for r in self.records if r.kind == "assistant"]
 
     def messages(self) -> list[Message]:
-        return [parse_message(r.message) for r in self.records]
+        return [_MESSAGE_OF(r) for r in self.records]
 
     def history(self) -> History:
         return History(self.messages())
@@ -170,7 +174,7 @@ class AgentDisk:
     def pending(self) -> LogRecord | None:
         """The last step if its tool calls have no persisted results yet."""
         last = self.last_step()
-        if last is None or not parse_message(last.message).tool_uses:
+        if last is None or not _MESSAGE_OF(last).tool_uses:
             return None
         done = any(r.kind == "results" and r.step == last.step for r in self.records)
         return None if done else last
@@ -185,7 +189,7 @@ class AgentDisk:
             if rec.kind == "opening":
                 return False
             if rec.kind == "results":
-                return any(accepted_handoff(b) for b in parse_message(rec.message).tool_results)
+                return any(accepted_handoff(b) for b in _MESSAGE_OF(rec).tool_results)
         return not self.records
 
     def steps_this_turn(self) -> int:

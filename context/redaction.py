@@ -39,6 +39,7 @@ import re
 from collections import Counter
 from typing import Any, Callable
 
+from context.identity_memo import IdentityMemo
 from context.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 REDACTED = "<REDACTED>"
@@ -534,12 +535,21 @@ def _redact_block(block: Any) -> Any:
     return block  # images are opaque
 
 
-def redact_message(msg: Message) -> Message:
-    """Redact a message; returns ``msg`` itself when it was already clean."""
+def _redact_message(msg: Message) -> Message:
     blocks = [_redact_block(b) for b in msg.content]
     if all(a is b for a, b in zip(blocks, msg.content)):
         return msg
     return Message(role=msg.role, content=blocks, usage=msg.usage)
+
+
+# Messages are frozen, and a worker builds every step's history from the same parsed log messages
+# (agents.disk): each is scanned once per process, not once per step.
+_REDACTED = IdentityMemo(_redact_message, size=8192)
+
+
+def redact_message(msg: Message) -> Message:
+    """Redact a message; returns ``msg`` itself when it was already clean."""
+    return _REDACTED(msg)
 
 
 __all__ = ["REDACTED", "is_secret_name", "redact", "redact_message", "redact_value"]

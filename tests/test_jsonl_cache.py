@@ -128,3 +128,22 @@ def test_an_agent_disk_and_its_events_reload_what_was_appended(tmp_path):
     found, problems = read_events(events)
     assert [e.after_step for e in found] == [1, 2] and problems == [
         "events.jsonl record 3 (kind 'nonsense') is not a known event (1 problem(s)); ignored"]
+
+
+def test_a_shared_message_is_parsed_and_redacted_once_and_its_result_is_the_same(tmp_path):
+    from context.identity_memo import IdentityMemo
+    from context.messages import parse_message
+    from context.redaction import redact_message
+
+    calls = []
+    memo = IdentityMemo(lambda obj: calls.append(obj) or len(obj), size=2)
+    a, b, c = [1], [1, 2], [1, 2, 3]
+    assert [memo(a), memo(a), memo(b), memo(c), memo(a)] == [1, 1, 2, 3, 1]
+    assert calls == [a, b, c, a]  # a was dropped (size 2) and computed again; equal values are not shared
+    assert memo([1]) == 1 and len(calls) == 5
+    key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY"
+    secret = parse_message({"role": "user", "content": f"export AWS_SECRET_ACCESS_KEY={key}"})
+    once = redact_message(secret)
+    assert redact_message(secret) is once and "wJalr" not in once.text  # memoised, and still redacted
+    clean = parse_message({"role": "user", "content": "nothing to hide"})
+    assert redact_message(clean) is clean
