@@ -128,9 +128,18 @@ def proc_stats() -> dict[int, list[str]]:
     return stats
 
 
+def process_groups() -> dict[int, list[int]]:
+    """Every live process group's pids, by group id, from one scan of /proc (Linux)."""
+    groups: dict[int, list[int]] = {}
+    for pid, fields in proc_stats().items():
+        if len(fields) > 2:
+            groups.setdefault(int(fields[2]), []).append(pid)
+    return groups
+
+
 def group_members(pgid: int) -> list[int]:
     """Pids whose process group is ``pgid`` (Linux /proc)."""
-    return [pid for pid, fields in proc_stats().items() if len(fields) > 2 and int(fields[2]) == pgid]
+    return process_groups().get(pgid, [])
 
 
 class Procs:

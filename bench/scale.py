@@ -51,9 +51,9 @@ from runtime import (  # noqa: E402
     cpu_busy,
     cpu_sample,
     free_port,
-    group_members,
     pct,
     proc_stats,
+    process_groups,
     run_state,
     start_redis,
     wait_for_workers,
@@ -140,8 +140,9 @@ class RssWatch:
 
     def _run(self) -> None:
         while not self.stopped.wait(1.0):
+            groups = process_groups()  # one scan of /proc per tick for all workers: this script's CPU counts too
             for role, proc in self.workers.items():
-                self.peak_mb[role] = max(self.peak_mb[role], sum(map(rss_mb, group_members(proc.pid))))
+                self.peak_mb[role] = max(self.peak_mb[role], sum(map(rss_mb, groups.get(proc.pid, []))))
 
     def stop(self) -> dict[str, float]:
         self.stopped.set()
