@@ -90,6 +90,9 @@ def test_the_worker_passes_its_concurrency_and_picks_threads_above_one(tmp_path:
     assert second[second.index("-n") + 1] == "compaction-2@%h"  # a second one names itself
     assert many[many.index("-c") + 1] == "8" and many[many.index("--pool") + 1] == "threads"
     assert one[one.index("-c") + 1] == "1" and one[one.index("--pool") + 1] == "prefork"
+    # Workers never consult each other (gossip, mingle); heartbeats stay, Flower shows workers online by them.
+    assert all({"--without-gossip", "--without-mingle"} <= set(argv) and "--without-heartbeat" not in argv
+               for argv in calls)
     solo = baton(tmp_path, "worker", "init", "--pool", "solo", "--concurrency", "2", **broker)
     assert solo.exit_code == 2 and "the solo pool runs one task at a time" in solo.output
     assert baton(tmp_path, "worker", "init", "--concurrency", "0", **broker).exit_code == 2

@@ -459,8 +459,11 @@ def worker(
 
     # Each step holds its agent's lock for its whole duration, so one agent never runs two steps at once
     # however many a worker serves; with threads, the steps of many scenarios wait on the model together.
+    # Without gossip and mingle: baton's workers never consult each other (the agent locks, leases and step
+    # numbers coordinate them), and gossip costs every worker a message for each other worker's heartbeat.
+    # Heartbeats stay on: Flower shows a worker online by them.
     app.worker_main(["worker", "-Q", role, "-n", name or f"{role}@%h", "-c", str(concurrency), "-E", "--loglevel",
-                     "INFO", "--pool", pool])
+                     "INFO", "--pool", pool, "--without-gossip", "--without-mingle"])
 
 
 @command("fake-api", cls=PlainUsage)
