@@ -67,6 +67,10 @@ EXAMPLE = REPO_ROOT / "scenarios" / "refund_desk"
 BATON = Path(sys.executable).with_name("baton")
 KEY = "sk-ant-scale-bench"  # the double accepts any key; no real one is ever read
 PROFILE = "demo"
+# The API double and this script stand in for what a deployment does not run on its workers' machine (the
+# Claude API, an observer): they run as nice as the step workers, so they never take the CPU from the
+# compaction worker, which a deployment gives the best priority (``baton worker``'s WORKER_NICE).
+SCAFFOLD_NICE = 10
 BORDERLINE_SHARE = 0.02  # of the threshold: how close a compaction decision may be and still fall either way
 
 
@@ -372,9 +376,9 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
         redis_proc, url = start_redis(procs)
         os.environ.update(BATON_BROKER_URL=url, ANTHROPIC_API_KEY=KEY)  # before workers.app is imported
         port = free_port()
-        double = procs.start("fake-api", [str(BATON), "fake-api", "--port", str(port), "--latency",
-                                          f"{latency}s,{jitter}s", "--seed", "1", "--play", "refund_desk"],
-                             dict(os.environ))
+        double = procs.start("fake-api", ["nice", "-n", str(SCAFFOLD_NICE), str(BATON), "fake-api", "--port",
+                                          str(port), "--latency", f"{latency}s,{jitter}s", "--seed", "1", "--play",
+                                          "refund_desk"], dict(os.environ))
         os.environ["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
         wait_for_port(port, double, procs)
         folder = workdir / "scenarios"
@@ -389,6 +393,7 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
         redis = redis_lib.Redis.from_url(url)
         waits = QueueWaits(url)
         wait_for_workers(waits.app, workers, procs)
+        os.nice(SCAFFOLD_NICE)  # only now: the workers and Redis took this script's niceness when they started
         print("warming up the workers with one copy, then running one copy alone (the ideal) ...", flush=True)
         # The warm-up fills imports and first connections.
         one_run("warm", 1, folder, url, workers, procs, waits, redis, timeout, None, services)
