@@ -4,8 +4,9 @@
 ``events.jsonl`` the typed events of ``agents.events``; ``agent.json`` the
 ``AgentState``; ``tool_results/`` the full result of every tool call. The log
 is never rewritten: what the model sees is derived from it on every call
-(``context.assembly``). Everything is loaded fresh per step, so any process can
-run the next step of any agent.
+(``context.assembly``). Everything is loaded per step, so any process can run the
+next step of any agent; a process parses only the lines appended since it last read
+a file (``scenarios.jsonl_cache``, which proves the earlier bytes unchanged first).
 
 A disk that will be written is loaded with ``claim``: it takes the agent's lease
 (``scenarios.lease``) first, and every write below lands only while that lease
@@ -91,7 +92,7 @@ _MESSAGE_OF = IdentityMemo(lambda record: parse_message(record.message), size=81
 
 @dataclass
 class AgentDisk:
-    """Everything about one agent that lives in its state folder, loaded fresh per step."""
+    """Everything about one agent that lives in its state folder, loaded per step."""
 
     layout: Layout
     agent: Role
