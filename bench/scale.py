@@ -573,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("every S must be at least 1")
     jitter = args.latency / 4 if args.jitter is None else args.jitter
     concurrency = args.concurrency or max(sweep)
-    started = time.time()
+    started, code = time.time(), code_version()  # the code the workers import now, not what HEAD is at the end
     workdir = Path(tempfile.mkdtemp(prefix="baton-scale-"))
     res: dict[str, Any] = {}
     try:
@@ -584,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         else:  # what the failure left is evidence
             print(f"kept {workdir} (the workers' logs, every copy's folder)", flush=True)
     command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    res.update(command=command, elapsed_s=time.time() - started, code=code_version())
+    res.update(command=command, elapsed_s=time.time() - started, code=code)
     if args.json:
         args.json.write_text(json.dumps(res, indent=2, default=str))
     if args.out:
