@@ -47,6 +47,10 @@ class Parsed(Generic[T]):
     bad_lines: list[tuple[int, str]] = field(default_factory=list)  # lines that are not JSON (number, start)
     torn_tail: bool = False
 
+    def copy(self) -> Parsed[T]:
+        """A copy whose lists a caller may change: what a cache keeps is shared by every read."""
+        return Parsed(list(self.items), list(self.record_problems), list(self.bad_lines), self.torn_tail)
+
     @property
     def line_problems(self) -> list[str]:
         return [f"line {n}: not valid JSON ({text!r}); ignored" for n, text in self.bad_lines]
@@ -61,8 +65,8 @@ class _Kept(Generic[T]):
     parsed: Parsed[T]
 
 
-def _digest(raw: bytes, end: int) -> bytes:
-    return hashlib.blake2b(memoryview(raw)[:end], digest_size=16).digest()
+def _hasher(data: bytes | memoryview = b"") -> Any:
+    return hashlib.blake2b(data, digest_size=16)
 
 
 class JsonlCache(Generic[T]):
@@ -83,10 +87,12 @@ class JsonlCache(Generic[T]):
         key = str(path)
         with self._lock:
             kept = self._kept.get(key)
-        if kept is None or kept.end > len(raw) or _digest(raw, kept.end) != kept.digest:
-            kept = _Kept(0, b"", 0, 0, Parsed())
+        # The prefix is hashed once: the same hasher then takes the new lines, for the digest kept with them.
+        seen = _hasher(memoryview(raw)[:kept.end]) if kept is not None and kept.end <= len(raw) else None
+        if seen is None or seen.digest() != kept.digest:
+            kept, seen = _Kept(0, b"", 0, 0, Parsed()), _hasher()
         end = raw.rfind(b"\n") + 1  # complete lines end here; what follows is a torn (or unfinished) line
-        grown = self._extend(kept, raw, end) if end > kept.end else kept
+        grown = self._extend(kept, raw, end, seen) if end > kept.end else kept
         if grown is not kept:
             self._keep(key, grown)
         return self._with_tail(grown, raw)
@@ -96,13 +102,15 @@ class JsonlCache(Generic[T]):
             self._kept.clear()
             self._bytes = 0
 
-    def _extend(self, kept: _Kept[T], raw: bytes, end: int) -> _Kept[T]:
-        parsed = Parsed(list(kept.parsed.items), list(kept.parsed.record_problems), list(kept.parsed.bad_lines))
+    def _extend(self, kept: _Kept[T], raw: bytes, end: int, hasher: Any) -> _Kept[T]:
+        """``kept`` and the lines up to ``end``; ``hasher`` has seen the bytes ``kept`` stands for."""
+        parsed = kept.parsed.copy()
         lines, records = kept.lines, kept.records
         for line in raw[kept.end:end].split(b"\n")[:-1]:  # the slice ends with a newline: drop the empty last part
             lines += 1
             records = self._take(parsed, line, lines, records)
-        return _Kept(end, _digest(raw, end), lines, records, parsed)
+        hasher.update(memoryview(raw)[kept.end:end])
+        return _Kept(end, hasher.digest(), lines, records, parsed)
 
     def _take(self, parsed: Parsed[T], line: bytes, number: int, records: int) -> int:
         """Parse one line into ``parsed``; the count of JSON records after it."""
@@ -122,7 +130,7 @@ class JsonlCache(Generic[T]):
 
     def _with_tail(self, kept: _Kept[T], raw: bytes) -> Parsed[T]:
         """The kept lines plus the file's unfinished last line, which is parsed but never kept."""
-        out = Parsed(list(kept.parsed.items), list(kept.parsed.record_problems), list(kept.parsed.bad_lines))
+        out = kept.parsed.copy()
         tail = raw[kept.end:]
         if tail:
             bad_before = len(out.bad_lines)
