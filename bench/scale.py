@@ -336,10 +336,9 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
         "scenarios": count, "wall_s": wall, "finished": len(finished), "timed_out": len(finished) < len(roots),
         "steps": counts["steps"], "compactions": counts["compactions"], "steps_per_s": counts["steps"] / wall,
         "step_wait_s": spread(steps),
-        "compaction_wait_ms": {k: v if k == "n" else v * 1000 for k, v in spread(compactions).items()},
+        "compaction_wait_ms": spread_ms(compactions),
         # The part of it before the compaction worker's consumer took the message off Redis.
-        "compaction_receive_ms": {k: v if k == "n" else v * 1000
-                                  for k, v in spread(waits.waits("baton.compaction", "received")).items()},
+        "compaction_receive_ms": spread_ms(waits.waits("baton.compaction", "received")),
         "worker_rss_mb": peaks, "redis_commands": redis.info("stats")["total_commands_processed"] - redis_before,
         "redis_peak_mb": memory["used_memory_peak"] / 2**20,
         "redis_per_scenario_kb": max(0, memory["used_memory"] - memory_before) / 1024 / count,
@@ -350,6 +349,11 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
     result["integrity_ok"] = not any(v for k, v in result["integrity"].items() if k != "borderline") \
         and not result["timed_out"]
     return result
+
+
+def spread_ms(seconds: list[float]) -> dict[str, float]:
+    """``spread`` of waits in seconds, told in milliseconds (the count stays a count)."""
+    return {k: v if k == "n" else v * 1000 for k, v in spread(seconds).items()}
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -443,9 +447,7 @@ def final_line(run: dict[str, Any], latency: float) -> str:
 
 def wait_line(run: dict[str, Any]) -> str:
     """The compaction wait split at the consumer: sent to received, and the whole wait (sent to started)."""
-    got, whole = run.get("compaction_receive_ms", {}), run["compaction_wait_ms"]
-    if not got:  # a JSON written before the split was measured
-        return ""
+    got, whole = run["compaction_receive_ms"], run["compaction_wait_ms"]
     return (f"  compaction wait ms, sent to received / to started: median {got['median']:.0f} / "
             f"{whole['median']:.0f}, p95 {got['p95']:.0f} / {whole['p95']:.0f}, p99 {got['p99']:.0f} / "
             f"{whole['p99']:.0f}, max {got['max']:.0f} / {whole['max']:.0f}")
