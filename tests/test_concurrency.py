@@ -68,6 +68,24 @@ def test_no_more_cpu_work_runs_at_once_than_there_are_slots(monkeypatch: pytest.
 # ---- the worker command ---------------------------------------------------------------------
 
 
+def test_a_threads_compaction_worker_hands_the_gil_on_every_millisecond(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its consumer thread must not wait 5 ms a turn behind the compaction threads (workers/cli.py)."""
+    from workers import app as app_module
+    from workers import cli
+
+    switches: list[float] = []
+    monkeypatch.setattr(cli, "check_broker", lambda url: None)
+    monkeypatch.setattr(app_module.app, "worker_main", lambda argv: None)
+    monkeypatch.setattr(cli, "lower_priority", lambda increment: increment)
+    monkeypatch.setattr(cli.sys, "setswitchinterval", switches.append)
+    broker = {"BATON_BROKER_URL": "redis://127.0.0.1:1/0"}
+    assert baton(tmp_path, "worker", "compaction", "--concurrency", "8", **broker).exit_code == 0
+    assert baton(tmp_path, "worker", "compaction", **broker).exit_code == 0  # prefork: one task per process
+    assert baton(tmp_path, "worker", "execute", "--concurrency", "8", **broker).exit_code == 0
+    assert switches == [0.001]
+
+
 def test_the_worker_passes_its_concurrency_and_picks_threads_above_one(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from workers import app as app_module
@@ -77,7 +95,7 @@ def test_the_worker_passes_its_concurrency_and_picks_threads_above_one(tmp_path:
     nices: list[int] = []
     monkeypatch.setattr(cli, "check_broker", lambda url: None)
     monkeypatch.setattr(app_module.app, "worker_main", calls.append)
-    monkeypatch.setattr(cli.os, "nice", nices.append)  # not this test process's own
+    monkeypatch.setattr(cli, "lower_priority", nices.append)  # not this test process's own
     broker = {"BATON_BROKER_URL": "redis://127.0.0.1:1/0"}
     assert baton(tmp_path, "worker", "execute", "--concurrency", "8", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "init", **broker).exit_code == 0

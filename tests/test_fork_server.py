@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from agents.evaluation import fork_server
+from agents.priority import autogroups_on
 from tests.test_evaluation import PASSING, TOOLS, build, evaluate, sample
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +34,12 @@ def remember(data):
 
 def niceness(data):
     import os
-    return {"nice": os.nice(0)}
+    try:
+        group = int(open("/proc/self/autogroup").read().split()[-1])
+    except (OSError, ValueError):
+        group = None
+    return {"nice": os.nice(0), "autogroup": group, "group_leader": os.getpgid(0) == os.getpid(),
+            "session_leader": os.getsid(0) == os.getpid()}
 
 
 def leave_behind(data, pid_file):
@@ -93,7 +99,13 @@ def test_samples_forked_from_one_server_share_no_state(tmp_path: Path) -> None:
 def test_samples_run_nicer_than_their_worker(tmp_path: Path) -> None:
     build(tmp_path, [sample("n", [("niceness", {})])], tools=STATEFUL)
     _, results = evaluate(tmp_path)
-    assert results["n"]["outputs"] == [{"nice": min(19, os.nice(0) + 5)}]  # the worker's own threads come first
+    seen = results["n"]["outputs"][0]
+    assert seen["nice"] == min(19, os.nice(0) + 5)  # the worker's own threads come first
+    # Its own group, killed as a whole, inside the server's session: the server's autogroup, at the server's
+    # niceness (a session of its own would get a full share of the CPU whatever its niceness).
+    assert seen["group_leader"] and not seen["session_leader"]
+    if autogroups_on():
+        assert seen["autogroup"] == seen["nice"]
 
 
 def test_what_a_sample_leaves_running_is_killed_with_its_group(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from agents.conventions import FILE
 from agents.disk import AgentDisk
+from agents.priority import lower_priority
 from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
 from scenarios.store import AGENTS, Layout, check_name, write_atomic
 from workers import export_commands, loop
@@ -407,6 +408,10 @@ def current_agent(record: RunRecord | None) -> str:
 # On a busy machine the compaction worker is served first: a compaction holds its agent's next step,
 # while a step worker's many threads mostly wait on the model anyway (docs/deployment.md, "Sizing").
 WORKER_NICE = {"init": 10, "execute": 10, "compaction": 0}
+# The compaction worker's consumer thread takes each message off Redis between its task threads' turns on the
+# GIL: at Python's default 5 ms a turn, a burst of compactions kept messages waiting for hundreds of ms (the p99
+# at S=100 in bench/scale.py: 196-272 ms at 5 ms, 61 ms at 1 ms; docs/deployment.md "Sizing").
+SWITCH_INTERVAL_S = {"compaction": 0.001}
 
 
 def check_worker_env() -> None:
@@ -452,7 +457,9 @@ def worker(
     check_broker(url)
     if profile is not None:
         os.environ["BATON_PROFILE"] = profile  # the tasks build each scenario's agents from the environment
-    os.nice(WORKER_NICE[role] if nice is None else nice)
+    lower_priority(WORKER_NICE[role] if nice is None else nice)  # its session's autogroup too, if it leads one
+    if pool == "threads" and role in SWITCH_INTERVAL_S:
+        sys.setswitchinterval(SWITCH_INTERVAL_S[role])
     from workers.app import app
 
     logging.getLogger("agents.backends").setLevel(logging.NOTSET)  # a worker's log says which model it runs

@@ -88,7 +88,9 @@ def become_sample(request: dict[str, Any], out_w: int, err_w: int, child_main: A
     try:
         signal.set_wakeup_fd(-1)  # the server's wakeup pipe is closed below; its fd number may be reused
         die_with_parent(server_pid)
-        os.setsid()
+        # Its own process group, to be killed as a whole, in the server's session: a session of its own would
+        # be an autogroup of its own, with a full share of the CPU whatever its niceness (agents/priority.py).
+        os.setpgid(0, 0)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
@@ -248,7 +250,8 @@ class Server:
 
 def main() -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    os.nice(NICE)
+    # The server leads its own session: its autogroup takes its niceness too, so samples rank below every worker.
+    load_file("baton_priority", Path(__file__).resolve().parent.parent / "priority.py").lower_priority(NICE)
     Server().serve()
     return 0
 
