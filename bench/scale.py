@@ -61,6 +61,7 @@ from runtime import (  # noqa: E402
 
 from agents.disk import AgentDisk  # noqa: E402
 from agents.events import CompactionRecord, StepEvent  # noqa: E402
+from agents.priority import follow_autogroup  # noqa: E402
 from scenarios.run import copy_scenario  # noqa: E402
 
 EXAMPLE = REPO_ROOT / "scenarios" / "refund_desk"
@@ -88,6 +89,7 @@ class QueueWaits:
         self.sent: dict[str, tuple[str, float]] = {}
         self.received: dict[str, float] = {}
         self.started: dict[str, float] = {}
+        self.runtime: dict[str, float] = {}  # a task's own time, started to succeeded, as its worker measured it
         self.receiver: Any = None
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), name="queue-waits", daemon=True)
@@ -112,6 +114,8 @@ class QueueWaits:
                 self.received[uuid] = at
             elif kind == "task-started" and uuid not in self.started:
                 self.started[uuid] = at
+            elif kind == "task-succeeded" and "runtime" in event:
+                self.runtime[uuid] = float(event["runtime"])
 
     def waits(self, prefix: str, until: str = "started") -> list[float]:
         """Seconds from ``task-sent`` to ``until`` (``received``: the worker's consumer took the message;
@@ -120,11 +124,18 @@ class QueueWaits:
         with self.lock:
             return [ends[u] - at for u, (name, at) in self.sent.items() if name.startswith(prefix) and u in ends]
 
+    def runtimes(self, prefix: str) -> list[float]:
+        """Seconds each task whose name starts with ``prefix`` ran, by its worker's clock (its last run)."""
+        with self.lock:
+            return [self.runtime[u] for u, (name, _) in self.sent.items() if name.startswith(prefix)
+                    and u in self.runtime]
+
     def clear(self) -> None:
         with self.lock:
             self.sent.clear()
             self.received.clear()
             self.started.clear()
+            self.runtime.clear()
 
     def stop(self) -> None:
         if self.receiver is not None:
@@ -336,6 +347,8 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
         "scenarios": count, "wall_s": wall, "finished": len(finished), "timed_out": len(finished) < len(roots),
         "steps": counts["steps"], "compactions": counts["compactions"], "steps_per_s": counts["steps"] / wall,
         "step_wait_s": spread(steps),
+        # How long a step itself ran: against the copy alone, what sharing the workers' processes cost.
+        "step_run_s": spread(waits.runtimes("baton.step")),
         "compaction_wait_ms": spread_ms(compactions),
         # The part of it before the compaction worker's consumer took the message off Redis.
         "compaction_receive_ms": spread_ms(waits.waits("baton.compaction", "received")),
@@ -383,6 +396,7 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
         double = procs.start("fake-api", ["nice", "-n", str(SCAFFOLD_NICE), str(BATON), "fake-api", "--port",
                                           str(port), "--latency", f"{latency}s,{jitter}s", "--seed", "1", "--play",
                                           "refund_desk"], dict(os.environ))
+        follow_autogroup(SCAFFOLD_NICE, double.pid)  # it leads its own session: `nice` alone would rank nothing
         os.environ["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
         wait_for_port(port, double, procs)
         folder = workdir / "scenarios"
@@ -405,14 +419,16 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
         print(f"one copy alone: {alone['wall_s']:.0f} s, {alone['steps']} steps", flush=True)
         print(cpu_line(alone), flush=True)
         runs = []
-        for count in sweep:
+        for i, count in enumerate(sweep):
             print(f"running S={count} ...", flush=True)
-            run = one_run(f"s{count}", count, folder, url, workers, procs, waits, redis, timeout, folder / "alone_001",
+            again = sweep[:i].count(count)  # a sweep may repeat an S (to see its spread): each run its own folders
+            run = one_run(f"s{count}" + (f"r{again + 1}" if again else ""), count, folder, url, workers, procs, waits, redis, timeout, folder / "alone_001",
                           services)
             run["ideal_s"] = alone["wall_s"]
             run["wall_over_ideal"] = run["wall_s"] / alone["wall_s"]
             print(cpu_line(run), flush=True)
             print(wait_line(run), flush=True)
+            print(run_line(run, alone), flush=True)
             print(final_line(run, latency), flush=True)
             runs.append(run)
         waits.stop()
@@ -451,6 +467,14 @@ def wait_line(run: dict[str, Any]) -> str:
     return (f"  compaction wait ms, sent to received / to started: median {got['median']:.0f} / "
             f"{whole['median']:.0f}, p95 {got['p95']:.0f} / {whole['p95']:.0f}, p99 {got['p99']:.0f} / "
             f"{whole['p99']:.0f}, max {got['max']:.0f} / {whole['max']:.0f}")
+
+
+def run_line(run: dict[str, Any], alone: dict[str, Any]) -> str:
+    """A step's own run time with S copies against the copy alone: the slowdown inside the tasks, apart
+    from the queues (a threads pool's steps share one interpreter)."""
+    now, then = run["step_run_s"], alone["step_run_s"]
+    return (f"  step run s, this run / alone: median {now['median']:.2f} / {then['median']:.2f}, "
+            f"p95 {now['p95']:.2f} / {then['p95']:.2f}, max {now['max']:.2f} / {then['max']:.2f}")
 
 
 def cpu_line(run: dict[str, Any]) -> str:
