@@ -430,6 +430,12 @@ def test_execute_worker_gets_the_longest_stop_grace_period(services):
     assert grace["execute"] >= max(grace.values()) and grace["execute"] > 10
 
 
+def test_the_compaction_worker_outweighs_the_step_workers(services):
+    # Containers share the CPU by cgroup weight before any niceness inside them counts.
+    shares = {role: int(services[f"worker-{role}"].get("cpu_shares", 1024)) for role in ROLES}
+    assert shares["compaction"] > shares["init"] and shares["compaction"] > shares["execute"]
+
+
 def test_anthropic_key_comes_from_the_environment(compose):
     raw = [environment(compose["services"][service]).get("ANTHROPIC_API_KEY") for service in WORKERS]
     for value in raw:
