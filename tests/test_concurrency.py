@@ -183,21 +183,3 @@ def test_one_worker_per_queue_serves_several_scenarios_steps_at_once(tmp_path: P
             assert most_at_once(steps_of(root, role)) == 1, (root.name, role)
     counts = {tuple(len(steps_of(root, role)) for role in ("init", "execute")) for root in roots}
     assert len(counts) == 1, counts
-
-
-def test_a_ready_worker_freezes_what_its_start_made() -> None:
-    """Full collections then scan only what the tasks made since (workers/cli.py): fewer, shorter pauses."""
-    import gc
-
-    from celery.signals import worker_ready
-
-    from workers import cli
-
-    assert gc.get_freeze_count() == 0
-    try:
-        worker_ready.connect(cli.freeze_startup_objects, weak=False)
-        worker_ready.send(sender=None)
-        assert gc.get_freeze_count() > 1000
-    finally:
-        worker_ready.disconnect(cli.freeze_startup_objects)
-        gc.unfreeze()

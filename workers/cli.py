@@ -15,7 +15,6 @@ error, 3 the run stopped to wait for a human's approval, 130 interrupted
 from __future__ import annotations
 
 import enum
-import gc
 import importlib.metadata
 import json
 import logging
@@ -28,7 +27,6 @@ from typing import Annotated
 
 import click
 import typer
-from celery.signals import worker_ready
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
@@ -416,14 +414,6 @@ WORKER_NICE = {"init": 10, "execute": 10, "compaction": 0}
 SWITCH_INTERVAL_S = {"compaction": 0.001}
 
 
-def freeze_startup_objects(**_: object) -> None:
-    """Once the worker is ready: what its start made (modules, classes, Celery's machinery; about 200,000
-    objects) is never scanned again by the garbage collector. Every full collection stops all of a worker's
-    threads for as long as it scans, and at S=100 in bench/scale.py each full collection of a worker took
-    0.2-0.9 s, the waits behind them the longest compaction waits."""
-    gc.freeze()
-
-
 def check_worker_env() -> None:
     """The settings a worker reads from its environment, checked before it takes a task."""
     try:
@@ -470,7 +460,6 @@ def worker(
     lower_priority(WORKER_NICE[role] if nice is None else nice)  # its session's autogroup too, if it leads one
     if pool == "threads" and role in SWITCH_INTERVAL_S:
         sys.setswitchinterval(SWITCH_INTERVAL_S[role])
-    worker_ready.connect(freeze_startup_objects, weak=False)
     from workers.app import app
 
     logging.getLogger("agents.backends").setLevel(logging.NOTSET)  # a worker's log says which model it runs
