@@ -70,7 +70,9 @@ KEY = "sk-ant-scale-bench"  # the double accepts any key; no real one is ever re
 PROFILE = "demo"
 # The API double and this script stand in for what a deployment does not run on its workers' machine (the
 # Claude API, an observer): they run as nice as the step workers, so they never take the CPU from the
-# compaction worker, which a deployment gives the best priority (``baton worker``'s WORKER_NICE).
+# compaction worker, which a deployment gives the best priority (``baton worker``'s WORKER_NICE). The double
+# leads its own session, so its autogroup takes that niceness too (agents/priority.py); this script runs in
+# the caller's session and leaves that session's group alone.
 SCAFFOLD_NICE = 10
 BORDERLINE_SHARE = 0.02  # of the threshold: how close a compaction decision may be and still fall either way
 
@@ -422,7 +424,8 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
         for i, count in enumerate(sweep):
             print(f"running S={count} ...", flush=True)
             again = sweep[:i].count(count)  # a sweep may repeat an S (to see its spread): each run its own folders
-            run = one_run(f"s{count}" + (f"r{again + 1}" if again else ""), count, folder, url, workers, procs, waits, redis, timeout, folder / "alone_001",
+            tag = f"s{count}" + (f"r{again + 1}" if again else "")
+            run = one_run(tag, count, folder, url, workers, procs, waits, redis, timeout, folder / "alone_001",
                           services)
             run["ideal_s"] = alone["wall_s"]
             run["wall_over_ideal"] = run["wall_s"] / alone["wall_s"]

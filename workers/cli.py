@@ -409,8 +409,10 @@ def current_agent(record: RunRecord | None) -> str:
 # while a step worker's many threads mostly wait on the model anyway (docs/deployment.md, "Sizing").
 WORKER_NICE = {"init": 10, "execute": 10, "compaction": 0}
 # The compaction worker's consumer thread takes each message off Redis between its task threads' turns on the
-# GIL: at Python's default 5 ms a turn, a burst of compactions kept messages waiting for hundreds of ms (the p99
-# at S=100 in bench/scale.py: 196-272 ms at 5 ms, 61 ms at 1 ms; docs/deployment.md "Sizing").
+# GIL, and waits up to a turn each time it comes back from a socket. Traced at S=100 in bench/scale.py, a reply
+# already waiting on the socket was read up to 438 ms after the request went out. Shorter turns shorten those
+# waits; alone the effect was within the spread between runs (compaction wait p99 61 and 312 ms at 1 ms,
+# 196 and 272 ms at 5 ms; docs/deployment.md "Sizing").
 SWITCH_INTERVAL_S = {"compaction": 0.001}
 
 
