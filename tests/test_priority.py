@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agents.priority import autogroup_niceness, autogroups_on
+from tests.workers_harness import spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_autogroups = pytest.mark.skipif(not autogroups_on(), reason="this kernel has no autogroups (or they are off)")
@@ -68,8 +69,6 @@ def test_an_unknown_process_has_no_autogroup_niceness() -> None:
 def test_step_workers_rank_below_the_compaction_worker_across_sessions(tmp_path: Path, redis_server) -> None:
     """Real ``baton worker`` processes, each in its own session as systemd or a container runtime starts
     them: each one's autogroup takes its niceness, so the step workers' groups yield to the compaction's."""
-    from tests.workers_harness import spawn
-
     baton = Path(sys.executable).with_name("baton")
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BROKER_URL"} | {"BATON_BROKER_URL": redis_server.url}
     workers = {role: spawn(f"worker-{role}", [str(baton), "worker", role, "--concurrency", "2"], env, tmp_path)
