@@ -35,7 +35,7 @@ from agents.disk import AgentDisk
 from agents.priority import lower_priority
 from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
 from scenarios.store import AGENTS, Layout, check_name, write_atomic
-from workers import export_commands, loop
+from workers import export_commands, gc_pauses, loop
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
@@ -420,10 +420,11 @@ def check_worker_env() -> None:
     """The settings a worker reads from its environment, checked before it takes a task."""
     try:
         from agents.cpu_slots import slots_from_env  # its import reads BATON_CPU_SLOTS already
-        from agents.evaluation.fork_server import enabled
+        from agents.evaluation import fork_server
 
         slots_from_env()
-        enabled()
+        fork_server.enabled()
+        gc_pauses.enabled()
     except ValueError as exc:
         raise CliError(str(exc), "correct or unset that variable, then start the worker again") from None
 
@@ -462,6 +463,7 @@ def worker(
     lower_priority(WORKER_NICE[role] if nice is None else nice)  # its session's autogroup too, if it leads one
     if pool == "threads" and role in SWITCH_INTERVAL_S:
         sys.setswitchinterval(SWITCH_INTERVAL_S[role])
+    gc_pauses.install()
     from workers.app import app
 
     logging.getLogger("agents.backends").setLevel(logging.NOTSET)  # a worker's log says which model it runs
