@@ -6,8 +6,9 @@ model latency L, on the real distributed runtime.
 
 Run on demand, never from the tests (a test runs a small S). The script starts its own
 private ``redis-server``, ``baton fake-api --latency L`` (the simulated model behind the real
-SDK, each reply held back as a real model's would be) and one ``baton worker ROLE
---concurrency C`` per queue, each in its own session, and stops exactly those.
+SDK, each reply held back as a real model's would be) and ``baton worker ROLE --concurrency C``
+processes for each queue (``--processes``, ``--compaction-processes``; by default one per core),
+each in its own session, and stops exactly those.
 
 First one copy warms the workers up, then one runs alone: its wall time is the *ideal*
 (identical copies, so the slowest single scenario alone). Then S copies start at once. Reported per run:
@@ -74,6 +75,10 @@ PROFILE = "demo"
 # leads its own session, so its autogroup takes that niceness too (agents/priority.py); this script runs in
 # the caller's session and leaves that session's group alone.
 SCAFFOLD_NICE = 10
+# A threads pool runs its Python on one core at a time: one process of each role per core lets a burst of one
+# kind of work (all copies compacting at once) use every core (docs/deployment.md, "Sizing").
+PER_CORE = min(os.cpu_count() or 1, 4)
+PER_CORE_WHY = "one per core, at most 4"
 BORDERLINE_SHARE = 0.02  # of the threshold: how close a compaction decision may be and still fall either way
 
 
@@ -125,6 +130,16 @@ class QueueWaits:
         ends = self.started if until == "started" else self.received
         with self.lock:
             return [ends[u] - at for u, (name, at) in self.sent.items() if name.startswith(prefix) and u in ends]
+
+    def timeline(self, prefix: str, t0: float) -> list[tuple[float, float | None, float | None]]:
+        """(sent, received, started) per task whose name starts with ``prefix``, in seconds since ``t0``:
+        to match a long wait with what else happened then (a worker's log, a garbage collection)."""
+        def since(at: float | None) -> float | None:
+            return None if at is None else round(at - t0, 4)
+
+        with self.lock:
+            return sorted((since(at), since(self.received.get(u)), since(self.started.get(u)))
+                          for u, (name, at) in self.sent.items() if name.startswith(prefix))
 
     def runtimes(self, prefix: str) -> list[float]:
         """Seconds each task whose name starts with ``prefix`` ran, by its worker's clock (its last run)."""
@@ -354,6 +369,7 @@ def one_run(tag: str, count: int, folder: Path, url: str, workers: dict[str, Any
         "compaction_wait_ms": spread_ms(compactions),
         # The part of it before the compaction worker's consumer took the message off Redis.
         "compaction_receive_ms": spread_ms(waits.waits("baton.compaction", "received")),
+        "started_at": t0, "compaction_timeline": waits.timeline("baton.compaction", t0),
         "worker_rss_mb": peaks, "redis_commands": redis.info("stats")["total_commands_processed"] - redis_before,
         "redis_peak_mb": memory["used_memory_peak"] / 2**20,
         "redis_per_scenario_kb": max(0, memory["used_memory"] - memory_before) / 1024 / count,
@@ -381,15 +397,16 @@ def spread(values: list[float]) -> dict[str, float]:
 # ---- the whole bench ----------------------------------------------------------------------------
 
 
-def worker_nodes(processes: int) -> list[tuple[str, str]]:
+def worker_nodes(processes: int, compaction_processes: int = 1) -> list[tuple[str, str]]:
     """(node, role) of each worker process: ``processes`` each for init and execute (a threads pool runs its
-    Python on one core at a time), one for compaction. The first of a role keeps the default node name."""
-    steps = [(role if i == 1 else f"{role}-{i}", role) for role in ("init", "execute") for i in range(1, processes + 1)]
-    return [*steps, ("compaction", "compaction")]
+    Python on one core at a time), ``compaction_processes`` for compaction. The first of a role keeps the
+    default node name."""
+    counts = {"init": processes, "execute": processes, "compaction": compaction_processes}
+    return [(role if i == 1 else f"{role}-{i}", role) for role, n in counts.items() for i in range(1, n + 1)]
 
 
 def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, timeout: float,
-          workdir: Path, processes: int = 1) -> dict[str, Any]:
+          workdir: Path, processes: int = 1, compaction_processes: int = 1) -> dict[str, Any]:
     procs = Procs(workdir)
     try:
         redis_proc, url = start_redis(procs)
@@ -406,7 +423,7 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
         os.environ["BATON_SCENARIOS_DIR"] = str(folder)  # the workers find every copy here by its name
         workers = {node: procs.start(f"worker-{node}", [str(BATON), "worker", role, "--concurrency", str(concurrency),
                                                         "--name", f"{node}@%h"], dict(os.environ))
-                   for node, role in worker_nodes(processes)}
+                   for node, role in worker_nodes(processes, compaction_processes)}
         services = {"redis": redis_proc, "fake-api": double, **{f"worker-{r}": p for r, p in workers.items()}}
         import redis as redis_lib
 
@@ -436,7 +453,7 @@ def bench(sweep: list[int], latency: float, jitter: float, concurrency: int, tim
             runs.append(run)
         waits.stop()
         return {"alone": alone, "runs": runs, "latency_s": latency, "jitter_s": jitter, "concurrency": concurrency,
-                "processes": processes}
+                "processes": processes, "compaction_processes": compaction_processes}
     finally:
         procs.stop_all()
 
@@ -558,7 +575,8 @@ def render(res: dict[str, Any], command: str, elapsed: float) -> str:
             f"code {res.get('code') or code_version()}. Model latency "
             f"{res['latency_s']:g} s ± {res['jitter_s']:g} s per call (`baton fake-api --latency`), workers "
             f"`baton worker ROLE --concurrency {res['concurrency']}` ({res.get('processes', 1)} process(es) each "
-            "for init and execute, one for compaction). The ideal is one copy run alone "
+            f"for init and execute, {res.get('compaction_processes', 1)} for compaction). The ideal is one copy "
+            "run alone "
             f"({res['alone']['wall_s']:.0f} s, {res['alone']['steps']} steps).\n\n{table}\n\n"
             "![wall/ideal and steps/s against S](img/scale.png)\n" + borderline_note(res))
 
@@ -578,8 +596,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", default=None, help="several S, e.g. 1,10,50,100 (instead of --scenarios)")
     parser.add_argument("--latency", type=float, default=2.0, help="model latency per call, seconds")
     parser.add_argument("--jitter", type=float, default=None, help="± seconds [default: a quarter of the latency]")
-    parser.add_argument("--processes", type=int, default=1,
-                        help="worker processes each for init and execute (compaction: one) [default: 1]")
+    parser.add_argument("--processes", type=int, default=PER_CORE,
+                        help=f"worker processes each for init and execute [default: {PER_CORE}, {PER_CORE_WHY}]")
+    parser.add_argument("--compaction-processes", type=int, default=PER_CORE,
+                        help=f"compaction worker processes [default: {PER_CORE}, as many]")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="steps each worker serves at once [default: S of the largest run]")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per run, seconds")
@@ -606,7 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="baton-scale-"))
     res: dict[str, Any] = {}
     try:
-        res = bench(sweep, args.latency, jitter, concurrency, args.timeout, workdir, args.processes)
+        res = bench(sweep, args.latency, jitter, concurrency, args.timeout, workdir, args.processes,
+                    args.compaction_processes)
     finally:
         if res and all(r["integrity_ok"] for r in res["runs"]):
             shutil.rmtree(workdir, ignore_errors=True)
