@@ -19,6 +19,7 @@ import pytest
 from agents.evaluation import fork_server
 from agents.priority import autogroups_on
 from tests.test_evaluation import PASSING, TOOLS, build, evaluate, sample
+from tests.workers_harness import refused_worker
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -204,12 +205,8 @@ def test_a_bad_setting_is_named(value: str) -> None:
     assert fork_server.enabled({}) and not fork_server.enabled({fork_server.SERVER_ENV: "0"})
 
 
-def test_a_worker_with_a_bad_setting_does_not_start(tmp_path: Path) -> None:
-    env = {**os.environ, fork_server.SERVER_ENV: "maybe", "BATON_BROKER_URL": "redis://127.0.0.1:1/0"}
-    done = subprocess.run([sys.executable, "-m", "baton", "worker", "execute"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
-    said = done.stdout + done.stderr
-    assert done.returncode == 2, said
+def test_a_worker_with_a_bad_setting_does_not_start() -> None:
+    said = refused_worker("execute", fork_server.SERVER_ENV, "maybe")
     assert "BATON_SAMPLE_SERVER='maybe' must be 1" in said, said
 
 

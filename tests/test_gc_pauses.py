@@ -5,13 +5,13 @@ Each case runs in a fresh interpreter: freezing would otherwise reach into pytes
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.workers_harness import refused_worker
 from workers import gc_pauses
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,9 +111,5 @@ def test_install_adds_one_callback_and_none_when_turned_off() -> None:
 
 
 def test_a_worker_with_a_bad_setting_does_not_start() -> None:
-    env = {**os.environ, gc_pauses.SWITCH_ENV: "maybe", "BATON_BROKER_URL": "redis://127.0.0.1:1/0"}
-    done = subprocess.run([sys.executable, "-m", "baton", "worker", "compaction"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
-    said = done.stdout + done.stderr
-    assert done.returncode == 2, said
+    said = refused_worker("compaction", gc_pauses.SWITCH_ENV, "maybe")
     assert "BATON_GC_FREEZE='maybe' must be 1" in said, said

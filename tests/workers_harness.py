@@ -168,6 +168,17 @@ def spawn(name: str, argv: list[str], env: dict[str, str], logdir: Path) -> Proc
     return Proc(name, popen, logfile)
 
 
+def refused_worker(role: str, setting: str, value: str) -> str:
+    """What ``baton worker ROLE`` said when it refused to start with ``setting=value`` (its exit code 2 is
+    asserted); its broker is unreachable, since a worker checks its settings before it connects."""
+    env = {**os.environ, setting: value, "BATON_BROKER_URL": "redis://127.0.0.1:1/0"}
+    done = subprocess.run([sys.executable, "-m", "baton", "worker", role], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said
+    return said
+
+
 # ---- brokers ------------------------------------------------------------------------------
 
 
