@@ -68,16 +68,29 @@ def test_no_more_cpu_work_runs_at_once_than_there_are_slots(monkeypatch: pytest.
 # ---- the worker command ---------------------------------------------------------------------
 
 
-def test_a_threads_compaction_worker_hands_the_gil_on_every_millisecond(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its consumer thread must not wait 5 ms a turn behind the compaction threads (workers/cli.py)."""
+@pytest.fixture
+def worker_command(monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[str]], list[int]]:
+    """``baton worker`` run in this process up to Celery's start: the argv it would start Celery with and the
+    niceness it would take, each recorded instead; nothing of this test process changes (its niceness, its
+    garbage collector's callbacks)."""
     from workers import app as app_module
     from workers import cli
 
-    switches: list[float] = []
+    calls: list[list[str]] = []
+    nices: list[int] = []
     monkeypatch.setattr(cli, "check_broker", lambda url: None)
-    monkeypatch.setattr(app_module.app, "worker_main", lambda argv: None)
-    monkeypatch.setattr(cli, "lower_priority", lambda increment: increment)
+    monkeypatch.setattr(app_module.app, "worker_main", calls.append)
+    monkeypatch.setattr(cli, "lower_priority", nices.append)
+    monkeypatch.setattr(cli.gc_pauses, "install", lambda: None)
+    return calls, nices
+
+
+def test_a_threads_compaction_worker_hands_the_gil_on_every_millisecond(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_command: tuple[list[list[str]], list[int]]) -> None:
+    """Its consumer thread must not wait 5 ms a turn behind the compaction threads (workers/cli.py)."""
+    from workers import cli
+
+    switches: list[float] = []
     monkeypatch.setattr(cli.sys, "setswitchinterval", switches.append)
     broker = {"BATON_BROKER_URL": "redis://127.0.0.1:1/0"}
     assert baton(tmp_path, "worker", "compaction", "--concurrency", "8", **broker).exit_code == 0
@@ -86,16 +99,9 @@ def test_a_threads_compaction_worker_hands_the_gil_on_every_millisecond(tmp_path
     assert switches == [0.001]
 
 
-def test_the_worker_passes_its_concurrency_and_picks_threads_above_one(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers import app as app_module
-    from workers import cli
-
-    calls: list[list[str]] = []
-    nices: list[int] = []
-    monkeypatch.setattr(cli, "check_broker", lambda url: None)
-    monkeypatch.setattr(app_module.app, "worker_main", calls.append)
-    monkeypatch.setattr(cli, "lower_priority", nices.append)  # not this test process's own
+def test_the_worker_passes_its_concurrency_and_picks_threads_above_one(
+        tmp_path: Path, worker_command: tuple[list[list[str]], list[int]]) -> None:
+    calls, nices = worker_command
     broker = {"BATON_BROKER_URL": "redis://127.0.0.1:1/0"}
     assert baton(tmp_path, "worker", "execute", "--concurrency", "8", **broker).exit_code == 0
     assert baton(tmp_path, "worker", "init", **broker).exit_code == 0
