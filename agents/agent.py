@@ -43,10 +43,14 @@ class Agent:
     def tools(self) -> dict[str, Any]:
         return tools_for(self.config)
 
-    def static(self, root: Path | None = None) -> StaticPrefix:
-        """System prompt (with the conventions of the scenario in ``root``, if any) and tool definitions."""
+    def static(self, root: Path | None = None, conventions: str | None = None) -> StaticPrefix:
+        """System prompt (with the conventions of the scenario in ``root``, if any) and tool definitions.
+
+        ``conventions``: the text the agent's system prompt was fixed with at its first step
+        (``AgentState.system_conventions``); a later change reaches the agent as a new message."""
         system = prompt(self.role, "system")
-        conventions = conventions_for(root).text if root is not None else ""
+        if conventions is None:
+            conventions = conventions_for(root).text if root is not None else ""
         if conventions:
             system = f"{system.rstrip()}\n\n{conventions}\n"
         return StaticPrefix(system=system, tools=[definition(t) for t in self.tools().values()])
@@ -58,5 +62,5 @@ class Agent:
 
     def assembler(self, disk: AgentDisk, history: History) -> Assembler:
         estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()
-        return Assembler(history, self.config.context, agent=self.role, static=self.static(disk.layout.root),
-                         estimator=estimator)
+        static = self.static(disk.layout.root, disk.state.system_conventions)
+        return Assembler(history, self.config.context, agent=self.role, static=static, estimator=estimator)

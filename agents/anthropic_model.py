@@ -50,7 +50,7 @@ from agents.models import (
     ModelUnavailable,
     PromptTooLong,
 )
-from context.messages import TextBlock, ThinkingBlock, ToolUseBlock, Usage
+from context.messages import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock, Usage
 
 if TYPE_CHECKING:  # the SDK's transport; only needed for the type hints
     from collections.abc import Mapping
@@ -72,7 +72,10 @@ COUNT_TIMEOUT_S = 30.0  # the count endpoint answers at once; the step waits no 
 RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx, 529 "overloaded" included
 # Wordings of "the input does not fit": compaction is the cure for all of them.
 TOO_LONG_MARKERS = ("prompt is too long", "exceed context limit")
-BLOCK_TYPES = {"text": TextBlock, "tool_use": ToolUseBlock, "thinking": ThinkingBlock}
+# Thinking of both kinds is kept exactly as returned: each block is signed over its prefix, and leaving
+# one out breaks every later block's prefix (docs/agents.md, "Thinking and the prefix").
+BLOCK_TYPES = {"text": TextBlock, "tool_use": ToolUseBlock, "thinking": ThinkingBlock,
+               "redacted_thinking": RedactedThinkingBlock}
 
 
 class MissingApiKey(ModelError):
@@ -294,8 +297,12 @@ def call_kwargs(request: ModelRequest) -> dict[str, Any]:
         kwargs["system"] = request.system
     if request.tools:
         kwargs["tools"] = with_tool_breakpoint(request)
-        if request.tool_choice is not None:  # {"type": "none"}: a summary is text only
+        if request.tool_choice is not None:
             kwargs["tool_choice"] = request.tool_choice
+    if request.thinking is not None:
+        kwargs["thinking"] = request.thinking
+    if request.output_config is not None:
+        kwargs["output_config"] = request.output_config
     return kwargs
 
 
@@ -354,6 +361,7 @@ def parse_response(body: bytes) -> ModelResponse:
         stop_reason=data.get("stop_reason") if isinstance(data.get("stop_reason"), str) else None,
         stop_details=data.get("stop_details") if isinstance(data.get("stop_details"), dict) else None,
         usage=_usage(data.get("usage")),
+        input_transformations=[t for t in data.get("input_transformations") or [] if isinstance(t, dict)],
     )
 
 
@@ -375,8 +383,8 @@ def _blocks(content: list[Any]) -> list[Any]:
         kind = raw.get("type") if isinstance(raw, dict) else None
         cls = BLOCK_TYPES.get(kind) if isinstance(kind, str) else None
         if cls is None:
-            # Server tool blocks, redacted thinking, future types: not part of
-            # baton's history format, so they are dropped (the text around them is kept).
+            # Server tool blocks, future types: not part of baton's history format, so they
+            # are dropped (the text around them is kept).
             log.info("skipping content block %d of type %r in the response", i, kind)
             continue
         try:

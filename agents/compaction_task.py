@@ -20,6 +20,7 @@ from agents.events import CompactionRecord, WarningEvent
 from agents.models import ModelError, ModelRequest, ModelUnavailable
 from agents.outcomes import CompactionOutcome
 from agents.prompts import prompt
+from agents.thinking import thinking_fields
 from agents.settings_layers import load_scenario_config
 from context.assembly import StaticPrefix
 from context.compaction import KnownFacts, SummaryCall, SummaryReply, SummaryRequest
@@ -113,18 +114,21 @@ def _summary_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float]
         left = min(timeout_s, deadline - clock())
         if left <= 0:
             raise ModelUnavailable(f"the summary's {budget:g}s deadline has passed")
-        # Same system prompt and tools as the steps, and their message breakpoints, so it reads their cache.
+        # Same system prompt, tools, tool_choice, thinking and effort as the steps, and their message
+        # breakpoints, so it reads their cache: a change of tool_choice or of the thinking parameters would
+        # invalidate every cached message block (the prompt-caching page's table).
         body = summary.to_request(static, model=config.model.name, max_tokens=config.model.summary_max_tokens)
         request = ModelRequest(
             model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=body["messages"],
             system=body.get("system"), tools=body.get("tools", []), temperature=config.model.summary_temperature,
-            timeout_s=left, deadline_s=left, purpose="summary", tool_choice={"type": "none"},
+            timeout_s=left, deadline_s=left, purpose="summary", **thinking_fields(config.model),
         )
         response = agent.model.create(request)
         if response.stop_reason in ("refusal", "model_context_window_exceeded"):
             # Asking again with the parse error cannot help: the fallback summary, at once.
             raise ModelError(f"the summary call stopped with {response.stop_reason}")
-        return SummaryReply(text=response.message().text, usage=response.usage)
+        message = response.message()
+        return SummaryReply(text=message.text, usage=response.usage, tool_uses=message.tool_uses)
 
     return call
 

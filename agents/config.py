@@ -31,9 +31,15 @@ from context.policy import Policy
 # to the line's newest active model through the Models API when a run starts
 # (agents/catalogue.py); the working windows are capped at that model's own.
 ROLE_DEFAULTS: dict[Role, dict[str, Any]] = {
-    "init": {"model": "opus", "window": 200_000, "threshold": 150_000, "keep_last_steps": 3, "queue": "init"},
+    # max_tokens: thinking is billed as output and counts against max_tokens, so both roles get room for
+# thinking plus the answer (the engine's own default, 8,192, was sized for answers alone).
+# effort (docs/agents.md, "Thinking and the prefix"): Init designs, in few calls whose quality decides
+    # every iteration, so it thinks harder than Opus 5.5's own default (medium); Execute makes many
+    # mechanical tool calls, so medium, below Sonnet 5.5's default (high): cheaper and faster per step.
+    "init": {"model": "opus", "window": 200_000, "threshold": 150_000, "keep_last_steps": 3, "queue": "init",
+             "effort": "high", "max_tokens": 32_000},
     "execute": {"model": "sonnet", "window": 1_000_000, "threshold": 700_000, "keep_last_steps": 5,
-                "queue": "execute"},
+                "queue": "execute", "effort": "medium", "max_tokens": 32_000},
 }
 
 BUILT_IN = "built-in default"
@@ -47,6 +53,11 @@ class ConfigError(ValueError):
     """A setting is invalid; the message names the setting, its value and its source."""
 
 
+# off: no thinking parameter at all (models before preserved thinking); the 5.5 models refuse "disabled".
+Thinking = Literal["adaptive", "between_tools", "off"]
+ThinkingDisplay = Literal["updates", "summarized", "omitted"]
+Effort = Literal["low", "medium", "high", "xhigh", "max"]
+
 class ModelSettings(BaseModel):
     model_config = _STRICT
 
@@ -55,11 +66,20 @@ class ModelSettings(BaseModel):
         "auto", description="auto: anthropic when ANTHROPIC_API_KEY is set, else simulated"
     )
     temperature: float | None = Field(None, ge=0, le=1, description="None: the API default")
-    summary_max_tokens: int = Field(4_000, gt=0, description="output tokens of a compaction summary")
+    # The summary itself is asked to stay within 4,000 tokens; thinking is billed as output and counts
+    # against max_tokens too, so the call gets room for both.
+    summary_max_tokens: int = Field(16_000, gt=0, description="output of a compaction summary, thinking included")
     summary_temperature: float = Field(0.0, ge=0, le=1)
     summary_timeout_s: float = Field(120.0, gt=0, description="after this the summary falls back")
     # The model's own output limit, from the catalogue when the model is resolved; None: not known (offline).
     max_output_tokens: int | None = Field(None, gt=0, description="the model's largest max_tokens")
+    # How the model thinks (agents/thinking.py). Every request names it, the summary's included: a change of
+    # the thinking parameters or of effort invalidates the cached message blocks.
+    thinking: Thinking = Field("adaptive", description="adaptive, between_tools (Sonnet 5.5 only) or off")
+    thinking_display: ThinkingDisplay = Field(
+        "updates", description="updates: the notes between tool calls come back as text (billing is the same)"
+    )
+    effort: Effort | None = Field(None, description="output_config.effort; None: the model's own default")
 
 
 # bwrap: Bash runs in a bubblewrap sandbox (agents/tools/bash.py); none: on the host,

@@ -53,9 +53,15 @@ class AgentState(BaseModel):
     too_long_after_compaction: int = 0
     nudges: int = 0
     estimator_step: int = 0  # the last step whose usage ``estimator`` has learned from
-    # The fingerprint of the conventions (agents.conventions) the last step sent: "" before the first
-    # step looked, "none" when there were none. A change means the system prompt changed once.
+    # The fingerprint of the conventions (agents.conventions) the agent was last told: "" before the first
+    # step looked, "none" when there were none.
     conventions: str = ""
+    # The conventions text the system prompt carries, fixed at the agent's first step: the system prompt
+    # never changes within a conversation (thinking is signed over it); a later change is a new message.
+    system_conventions: str | None = None
+    # The previous request's message count plus its reply, the prefix digest after the reply, and its
+    # view plan (context.assembly.Assembled.plan): whether the next request extends it exactly.
+    last_prefix: dict[str, Any] | None = None
 
 
 class LogRecord(BaseModel):
@@ -214,7 +220,7 @@ class AgentDisk:
 
     def append(self, kind: str, step: int, iteration: int, message: Message, **extra: Any) -> LogRecord:
         rec = LogRecord(seq=len(self.records) + 1, kind=kind, step=step, iteration=iteration,
-                        message=redact_message(message).api, at=now(), **extra)
+                        message=redact_message(message).stored, at=now(), **extra)
         append_jsonl(self.layout.log(self.agent), rec.model_dump(exclude_none=True), self.lease)
         self.records.append(rec)
         return rec

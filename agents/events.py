@@ -53,8 +53,19 @@ class StepEvent(_Event):
     # The API's exact count of this request's input (count_tokens), when it was asked near the threshold.
     counted_input: int | None = None
     cost_usd: float | None = None  # the call at its model's price (agents.pricing); none offline or unpriced
+    # Thinking and the prefix (context.prefix): signed blocks sent back valid, left out by baton (prefix
+    # changed, or a secret in the text), produced by this reply, and dropped by the API after all.
+    thinking_sent: int = 0
+    thinking_left_out: int = 0
+    thinking_produced: int = 0
+    thinking_dropped: int = 0
+    # Whether this request's messages extend the previous request's plus its reply exactly (None: the first
+    # call), and whether the engine changed the view on purpose since (a batch compressed, a compaction).
+    prefix_extends: bool | None = None
+    view_changed: bool | None = None
 
-    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"counted_input", "cost_usd"})
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset(
+        {"counted_input", "cost_usd", "prefix_extends", "view_changed"})
 
 
 class OutputCutEvent(_Event):
@@ -84,6 +95,10 @@ class WarningEvent(_Event):
     kind: Literal["warning"] = "warning"
     after_step: int
     reason: str
+    # "thinking_dropped": the API dropped thinking blocks baton sent (its own prefix check missed them)
+    code: str | None = None
+
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"code"})
 
 
 class PromptTooLongEvent(_Event):

@@ -37,7 +37,9 @@ class ModelRequest(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     temperature: float | None = None
     betas: list[str] = Field(default_factory=list)
-    tool_choice: dict[str, Any] | None = None  # {"type": "none"} for summaries: text only
+    tool_choice: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None  # the role's thinking parameter (agents.thinking); None: not sent
+    output_config: dict[str, Any] | None = None  # {"effort": ...}; None: the model's defaults
     timeout_s: float | None = None  # of one HTTP attempt
     # Seconds the whole call may take, retries included; None: no deadline (the step's own retry policy).
     # A summary has one, so a compaction falls back to its deterministic summary in time.
@@ -59,6 +61,8 @@ class ModelResponse(BaseModel):
     stop_details: dict[str, Any] | None = None  # e.g. a refusal's category and explanation
     usage: Usage = Field(default_factory=Usage)
     simulated: bool = False
+    # Blocks the API changed before the model saw them (dropped thinking): baton's own prefix check missed.
+    input_transformations: list[dict[str, Any]] = Field(default_factory=list)
 
     def message(self) -> Message:
         return Message(role="assistant", content=self.content, usage=self.usage)

@@ -54,10 +54,13 @@ from agents.events import (
 )
 from agents.models import Model, ModelError, ModelRequest, ModelResponse, PromptTooLong, TokenCounter
 from agents.outcomes import StepOutcome
+from agents.thinking import thinking_fields
 from agents.tools.base import Tool, ToolContext, parse_envelope, run_tool
 from context.assembly import Assembled, ContextOverflow, StaticPrefix
 from context.compaction_event import CompactionEvent
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, parse_message
+from context.prefix import bind_reply
+from context.todo_recap import recap_due
 from scenarios.journal import Journal
 from scenarios.lease import LeaseLost
 from scenarios.store import write_atomic
@@ -80,6 +83,7 @@ CUT_TEXT = (
     "[baton] Your reply was cut off at the output limit ({max_tokens} tokens). Continue from where it "
     "stopped, in shorter replies: put long content into files with the tools."
 )
+CONVENTIONS_CHANGED = "[baton] The team's conventions changed. From now on, follow these:"
 CUT_MARKER = "[cut off at the output limit]"  # ends a cut reply in the log, where its tool calls were
 # A reply cut at max_tokens is asked for once more with twice the limit, up to the model's own
 # limit (ModelSettings.max_output_tokens); offline that limit is unknown and this cap stands in.
@@ -152,17 +156,23 @@ def _step(disk: AgentDisk, agent: Agent, step: int | None, fault: Fault) -> Step
 
 
 def _note_conventions(disk: AgentDisk, step: int) -> None:
-    """Record which conventions this step sends; when they changed since the last step, say so once:
-    the system prompt differs, so this call writes the whole cached prefix again."""
+    """Fix the conventions the system prompt carries at the agent's first step; when they change later,
+    tell the agent in a new message at the end of its log. The system prompt never changes within a
+    conversation: the thinking Claude wrote is signed over it, and the whole cached prefix hangs on it."""
     current = conventions_for(disk.layout.root)
     seen, now = disk.state.conventions, current.fingerprint or "none"
-    if seen == now:
+    if disk.state.system_conventions is None:  # the first step: the system prompt takes them as they are
+        disk.state.system_conventions = current.text
+    elif seen == now:
         return
-    if seen:  # "" is the first step that looked: nothing changed yet
+    else:
         change = "removed" if now == "none" else f"now from {current.sources}"
+        text = current.text or "There are no team conventions any more: the earlier ones no longer apply."
+        disk.append("note", step - 1, disk.iteration(), Message(role="user", content=[TextBlock(
+            text=f"{CONVENTIONS_CHANGED}\n\n{text}")]))
         disk.event(WarningEvent(after_step=step - 1, reason=(
-            f"the conventions changed ({change}): the system prompt differs from step {step} on, so this call "
-            "writes the cached prefix again, once")))
+            f"the conventions changed ({change}): the agent was told in a new message at the end of its log "
+            "(the system prompt stays as it was, so the cache and the thinking before it stay valid)")))
     disk.state.conventions = now
     disk.save_state()
 
@@ -179,12 +189,12 @@ def _fail(disk: AgentDisk, step: int, base: dict[str, Any], reason: str) -> Step
 
 
 def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], fault: Fault) -> StepOutcome:
-    history = disk.history()
     try:
+        _note_conventions(disk, step)
+        history = disk.history()
         assembler = agent.assembler(disk, history)
     except ConventionsError as exc:  # a CONVENTIONS.md that cannot be used: the run stops and says which
         return _fail(disk, step, base, str(exc))
-    _note_conventions(disk, step)
     event = disk.compaction()
     try:
         assembled = assembler.assemble(event)
@@ -243,6 +253,11 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
         # Cut again (or no room to retry): the agent gets the reply without its tool calls, and a note.
         _record_cut(disk, step, request, response, retry_max_tokens=None)
         message = _without_tool_calls(message)
+    chain = assembled.chain
+    assert chain is not None  # every assembled request has its prefix chain
+    message, reply_digest = bind_reply(chain.digest, message)  # each thinking block knows its prefix
+    extends, changed = _prefix_continuity(disk, assembled)
+    dropped = _note_dropped_thinking(disk, step, response)
 
     estimator = assembler.estimator
     estimator.observe(response.usage, assembled.messages, extra_raw_tokens=static.tokens)
@@ -259,6 +274,12 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
         tools=[u.name for u in message.tool_uses],
         counted_input=counted,
         cost_usd=agent.cost(response.usage),
+        thinking_sent=chain.sent,
+        thinking_left_out=chain.left_out,
+        thinking_produced=message.signed_blocks,
+        thinking_dropped=dropped,
+        prefix_extends=extends,
+        view_changed=changed,
     )
     # The event and what the estimator learned ride in the log record too: a crash before
     # events.jsonl and agent.json have them loses nothing (AgentDisk.claim restores them).
@@ -267,6 +288,7 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
     fault("after_append_response", step)
     disk.state.too_long_after_compaction = 0
     disk.state.estimator, disk.state.estimator_step = estimator.to_dict(), step
+    disk.state.last_prefix = {"n": len(assembled.messages) + 1, "digest": reply_digest, "plan": assembled.plan}
     disk.save_state()
     disk.event(stepped)
     fault("after_persist_response", step)
@@ -282,7 +304,30 @@ def _request(agent: Agent, assembled: Assembled, static: StaticPrefix, max_token
     body = assembled.to_request(static, model=config.model.name, max_tokens=max_tokens)
     return ModelRequest(model=config.model.name, max_tokens=max_tokens, messages=body["messages"],
                         system=body.get("system"), tools=body.get("tools", []), temperature=config.model.temperature,
-                        purpose="step")
+                        purpose="step", **thinking_fields(config.model))
+
+
+def _prefix_continuity(disk: AgentDisk, assembled: Assembled) -> tuple[bool | None, bool | None]:
+    """Whether this request's messages extend the previous request's plus its reply exactly, and whether
+    the engine changed the view since on purpose (a batch left the verbatim window, a compaction)."""
+    last, chain = disk.state.last_prefix, assembled.chain
+    if not last or chain is None:
+        return None, None
+    n = int(last.get("n", 0))
+    extends = 0 < n <= len(chain.ends) and chain.ends[n - 1] == last.get("digest")
+    return extends, assembled.plan != last.get("plan")
+
+
+def _note_dropped_thinking(disk: AgentDisk, step: int, response: ModelResponse) -> int:
+    """Thinking blocks the API dropped (``input_transformations``): baton's own prefix check should have left
+    them out, so each reply that lists some is a warning (counted in ``baton status``)."""
+    dropped = [t for t in response.input_transformations if t.get("type") == "thinking_dropped"]
+    if dropped:
+        where = ", ".join(f"{t.get('path')} ({t.get('reason')})" for t in dropped[:5])
+        disk.event(WarningEvent(after_step=step - 1, code="thinking_dropped", reason=(
+            f"the API dropped {len(dropped)} thinking block(s) that baton sent back: {where}; baton's own prefix "
+            "check missed them (docs/agents.md, \"Thinking and the prefix\")")))
+    return len(dropped)
 
 
 def _ask(model: Model, request: ModelRequest) -> ModelResponse:
@@ -442,10 +487,26 @@ def _finish_tools(disk: AgentDisk, agent: Agent, record: LogRecord, fault: Fault
         blocks.append(block)
     fault("before_persist_results", record.step)
     disk.append("results", record.step, record.iteration, Message(role="user", content=blocks))
+    if handoff is None:
+        _recall_plan(disk, agent, record.step, record.iteration)
     if handoff is not None:
         disk.event(HandoffEvent(step=record.step, iteration=record.iteration, path=handoff))
         return StepOutcome(step=record.step, status="handoff", handoff_path=handoff, **base)
     return StepOutcome(step=record.step, status="continue", **base)
+
+
+def _recall_plan(disk: AgentDisk, agent: Agent, step: int, iteration: int) -> None:
+    """Bring the agent's plan back into view when it has been out of it for a while: a new message at the end
+    of the log (context.todo_recap), so no earlier message ever changes."""
+    policy = agent.config.context
+    if not policy.todo_recap:
+        return
+    history = disk.history()
+    event = disk.compaction()
+    since = event.in_view(history).kept_from if event else 0
+    text = recap_due(history, policy.recap_every_steps, since)
+    if text is not None:
+        disk.append("note", step, iteration, Message(role="user", content=[TextBlock(text=text)]))
 
 
 def _tool_result(disk: AgentDisk, tools: dict[str, Tool], ctx: ToolContext, use: ToolUseBlock, fault: Fault,

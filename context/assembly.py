@@ -41,9 +41,9 @@ from context.estimator import TokenEstimator
 from context.history import NOTE_PREFIX, History, own_text
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from context.policy import Policy
+from context.prefix import PrefixChain, static_digest
 from context.strategies import COMPACTORS, COMPRESSORS, instantiate
 from context.text import head_tail
-from context.todo_recap import recap as todo_recap
 from context.tokens import count_text
 
 # Anthropic prompt-cache prices relative to base input: a read costs 0.1x, a write 1.25x.
@@ -105,6 +105,11 @@ class StaticPrefix(BaseModel):
     def tokens(self) -> int:
         return count_text(self.system) + count_text(json.dumps(self.tools, sort_keys=True))
 
+    @cached_property
+    def digest(self) -> str:
+        """Where the prefix chain of every request starts (``context.prefix``)."""
+        return static_digest(self.system, self.tools)
+
 
 @dataclass
 class Assembled:
@@ -120,7 +125,12 @@ class Assembled:
     trimmed_steps: int = 0  # steps emergency-trimmed to fit the window
     managed: bool = True  # False while the context is below the start size
     request_fields: dict[str, Any] = field(default_factory=dict)  # what the compactor adds to the request
-    recap: str | None = None  # the todo recap (context.todo_recap), sent after the last breakpoint
+    # The prefix chain after the last message (``context.prefix``): a reply is bound to it, and it says
+    # how many thinking blocks this request sends back and leaves out.
+    chain: PrefixChain | None = None
+    # What decides the layout of layers 2-4 (compaction, batches, rounds): when it differs from the
+    # previous request's, the view changed where the engine chose to (a planned break of the prefix).
+    plan: str = ""
 
     @property
     def raw_tokens(self) -> int:
@@ -135,9 +145,6 @@ class Assembled:
         """
         marks = set(self.breakpoints)
         messages = [with_cache_control(m) if i in marks else m.api for i, m in enumerate(self.messages)]
-        if self.recap is not None:  # the last block, after the last breakpoint: it never moves the cache
-            last = messages[-1]
-            messages[-1] = {**last, "content": [*last["content"], {"type": "text", "text": self.recap}]}
         return request_body(static, messages, model=model, max_tokens=max_tokens) | self.request_fields | extra
 
 
@@ -307,14 +314,14 @@ class Assembler:
         steps = self.history.steps_in(starts[-1])
         n_batches = max(0, (len(steps) - pol.keep_last_steps) // pol.batch) if managed else 0
 
-        prefix, layers, previous_end, n_compressed = self._stable_prefix(
+        prefix, layers, previous_end, n_compressed, chain = self._stable_prefix(
             event, head, pinned, starts, steps, n_batches, managed, cap_until
         )
         verbatim = steps[n_batches * pol.batch :]
         build = partial(
             self._build, prefix, layers, verbatim, cap_until, previous_end=previous_end,
             n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, managed=managed,
-            recap=todo_recap(self.history) if pol.todo_recap else None,
+            prefix_chain=chain,
         )
         assembled, n_trim = build(n_trim=0), 0
         while self._over_window(assembled) and len(verbatim) - n_trim > pol.min_verbatim_steps:
@@ -329,6 +336,7 @@ class Assembler:
                 "or raise the window"
             )
         assembled.request_fields = self.compactor.request_fields(event)
+        assembled.plan = f"{event.id if event else 0}:{base}:{len(starts)}:{starts[-1]}:{n_batches}:{managed}"
         return assembled
 
     def _step(self, s: int, cap_until: int, compress: bool = False, hard_cap: bool = False) -> list[Message]:
@@ -366,13 +374,17 @@ class Assembler:
         return self._decisions[key]
 
     def _stable_prefix(self, event, head, pinned, starts, steps, n_batches, managed, cap_until):
-        """Layers 2-4, memoised: with hysteresis they change only every B steps."""
+        """Layers 2-4, memoised: with hysteresis they change only every B steps.
+
+        Every part passes the prefix chain (``context.prefix``) as it is laid down, so a thinking block
+        goes out only while everything before it is what it was produced under."""
         # The current round's opening message may be the last view message, which a
         # following user message can still merge into: its identity is part of the key.
         opening = id(self.history.view[starts[-1]])
         key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), opening, n_batches, managed)
         if key != self._prefix_key or self._prefix is None:
-            view = self.history.view
+            view, chain = self.history.view, PrefixChain(self.static.digest)
+            head = chain.admit_all(head)
             layers = {"summary": sum(m.tokens for m in head) - pinned, "pinned_opening": pinned, "earlier_rounds": 0,
                       "compressed": 0, "kept_batches": 0}
             msgs = list(head)
@@ -384,46 +396,45 @@ class Assembler:
                     part = [view[start]] if view[start].role == "user" else []
                     for s in self.history.steps_in(start, end):
                         part += self._step(s, cap_until)
+                part = chain.admit_all(part)
                 msgs += part
                 layers["earlier_rounds"] += sum(m.tokens for m in part)
             current = starts[-1]
             if view[current].role == "user":
-                msgs.append(view[current])  # the current round's opening message
-                layers["earlier_rounds"] += view[current].tokens
+                msgs.append(chain.admit(view[current]))  # the current round's opening message
+                layers["earlier_rounds"] += msgs[-1].tokens
             batch_ends, n_compressed, b = [len(msgs) - 1], 0, self.policy.batch
             for j in range(n_batches):
                 compress = self._worth_compressing(steps, j)
                 for s in steps[j * b : (j + 1) * b]:
-                    part = self._step(s, cap_until, compress=compress)
+                    part = chain.admit_all(self._step(s, cap_until, compress=compress))
                     msgs += part
                     layers["compressed" if compress else "kept_batches"] += sum(m.tokens for m in part)
                 n_compressed += b if compress else 0
                 batch_ends.append(len(msgs) - 1)
             previous_end = batch_ends[-2] if len(batch_ends) > 1 else -1
-            self._prefix_key, self._prefix = key, (msgs, layers, previous_end, n_compressed)
+            self._prefix_key, self._prefix = key, (msgs, layers, previous_end, n_compressed, chain)
         return self._prefix
 
     def _build(
         self, prefix, layers, verbatim, cap_until, *, previous_end: int, n_compressed: int, n_kept: int,
-        n_trim: int, managed: bool, recap: str | None, hard_cap: bool = False,
+        n_trim: int, managed: bool, prefix_chain: PrefixChain, hard_cap: bool = False,
     ) -> Assembled:
-        out = list(prefix)
+        out, chain = list(prefix), prefix_chain.copy()
         stable_end = len(out) - 1
         layers = {"system_and_tools": self.static.tokens, **layers, "verbatim": 0}
         for k, s in enumerate(verbatim):
-            part = self._step(s, cap_until, compress=k < n_trim, hard_cap=hard_cap)
+            part = chain.admit_all(self._step(s, cap_until, compress=k < n_trim, hard_cap=hard_cap))
             out += part
             layers["compressed" if k < n_trim else "verbatim"] += sum(m.tokens for m in part)
         breakpoints = sorted({i for i in (previous_end, stable_end, len(out) - 1) if i >= 0})
-        if recap is not None:
-            layers["todo_recap"] = count_text(recap)
         raw = sum(layers.values())
-        n_blocks = sum(len(m.content) for m in out) + (recap is not None)
+        n_blocks = sum(len(m.content) for m in out)
         estimate = self.estimator.estimate_raw(raw, len(out), n_blocks)
         return Assembled(
             out, breakpoints, layers, estimate,
             compressed_steps=n_compressed + n_trim, verbatim_steps=len(verbatim) - n_trim + n_kept,
-            trimmed_steps=n_trim, managed=managed, recap=recap,
+            trimmed_steps=n_trim, managed=managed, chain=chain,
         )
 
     def _over_window(self, a: Assembled) -> bool:

@@ -29,11 +29,15 @@ from context.assembly import Assembled, Assembler, StaticPrefix, kept_from, requ
 from context.compaction_event import CompactionEvent
 from context.compression import archive_ref
 from context.history import History
-from context.messages import Message, TextBlock, Usage
+from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from context.redaction import redact_value
 from context.summary_cap import cap_tokens, condense_note, enforce
 
 SUMMARY_TAG = re.compile(r"<compact_summary>(.*?)</compact_summary>", re.DOTALL)
+NO_TOOLS = (
+    "[baton] No tool runs while the context is being summarised. Reply with the summary only, as asked, "
+    "inside <compact_summary>...</compact_summary>."
+)
 RETRY = (
     "That summary was not usable: {error}. "
     "Reply with the corrected JSON inside <compact_summary>…</compact_summary>."
@@ -219,6 +223,9 @@ class CircuitBreaker(BaseModel):
 class SummaryReply(BaseModel):
     text: str
     usage: Usage | None = None
+    # The summary request keeps the steps' tools (a change of tool_choice would invalidate the cached
+    # messages), so a reply may call one instead of answering: it is asked once more (``NO_TOOLS``).
+    tool_uses: list[ToolUseBlock] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -256,6 +263,15 @@ class SummaryRequest(Sequence[Message]):
         """The same request followed by the unusable reply and the error to fix."""
         exchange = (Message(role="assistant", content=[TextBlock(text=reply or "(empty)")]),
                     Message(role="user", content=[TextBlock(text=RETRY.format(error=error))]))
+        return replace(self, followups=self.followups + exchange)
+
+    def refuse_tools(self, reply: SummaryReply) -> SummaryRequest:
+        """The same request followed by the reply that called tools and an answer to each call saying why
+        none ran: every tool_use must be answered, and the next reply should be the summary."""
+        said = [TextBlock(text=reply.text)] if reply.text else []
+        results = [ToolResultBlock(tool_use_id=u.id, content=NO_TOOLS, is_error=True) for u in reply.tool_uses]
+        exchange = (Message(role="assistant", content=[*said, *reply.tool_uses]),
+                    Message(role="user", content=[*results, TextBlock(text=NO_TOOLS)]))
         return replace(self, followups=self.followups + exchange)
 
     def api_messages(self) -> list[dict[str, Any]]:
@@ -303,6 +319,10 @@ def _ask_model(
         try:
             reply = call(request, timeout_s)
             usage = reply.usage
+            if reply.tool_uses:
+                error = f"the summary reply called {', '.join(u.name for u in reply.tool_uses)} instead of answering"
+                request = request.refuse_tools(reply)
+                continue
             return parse_summary(reply.text, schema), usage, error
         except SummaryError as exc:
             error = str(exc)

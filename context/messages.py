@@ -8,6 +8,7 @@ the object and never goes stale.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
@@ -31,6 +32,12 @@ class _Counted(_Frozen):
     def tokens(self) -> int:
         return raw_counts.block_tokens(self)
 
+    @cached_property
+    def digest(self) -> str:
+        """sha256 of the block's request form (``prefix`` and cache_control are never part of it)."""
+        body = json.dumps(self.model_dump(exclude_none=True), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(body.encode()).hexdigest()[:32]
+
 
 class TextBlock(_Counted):
     type: Literal["text"] = "text"
@@ -47,9 +54,28 @@ class ImageBlock(_Counted):
 
 
 class ThinkingBlock(_Counted):
+    """Claude's thinking, kept exactly as returned: its signature binds it to its text and to its prefix.
+
+    ``prefix`` is baton's own fingerprint (``context.prefix``) of everything sent before the block when
+    it was produced; it is stored in the log but never sent (``exclude``): the assembler sends the block
+    back only while the prefix before it is still the same (docs/agents.md, "Thinking and the prefix").
+    """
+
     type: Literal["thinking"] = "thinking"
     thinking: str
     signature: str = ""
+    prefix: str | None = Field(None, exclude=True)
+
+
+class RedactedThinkingBlock(_Counted):
+    """Thinking the API returned encrypted (``data`` is opaque); bound to its prefix like ``ThinkingBlock``."""
+
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+    prefix: str | None = Field(None, exclude=True)
+
+
+SignedBlock = Union[ThinkingBlock, RedactedThinkingBlock]
 
 
 class ToolUseBlock(_Counted):
@@ -104,7 +130,7 @@ class ToolResultBlock(_Counted):
 
 
 Block = Annotated[
-    Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, ImageBlock],
+    Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, ImageBlock],
     Field(discriminator="type"),
 ]
 
@@ -169,9 +195,27 @@ class Message(_Frozen):
         return {"role": self.role, "content": [b.model_dump(exclude_none=True) for b in self.content]}
 
     @cached_property
+    def stored(self) -> dict[str, Any]:
+        """The log form: the request form plus each thinking block's prefix fingerprint (never sent)."""
+        content = [
+            b.model_dump(exclude_none=True) | ({"prefix": b.prefix} if is_signed(b) and b.prefix else {})
+            for b in self.content
+        ]
+        return {"role": self.role, "content": content}
+
+    @cached_property
+    def signed_blocks(self) -> int:
+        return sum(1 for b in self.content if is_signed(b))
+
+    @cached_property
     def canonical(self) -> str:
         """Deterministic serialisation: equal strings mean byte-identical request content."""
         return json.dumps(self.api, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def is_signed(block: Any) -> bool:
+    """A thinking or redacted_thinking block: signed over its prefix by the API."""
+    return isinstance(block, (ThinkingBlock, RedactedThinkingBlock))
 
 
 def user(*blocks: Block | str) -> Message:

@@ -26,7 +26,7 @@ class Policy(BaseModel):
         30, ge=0,
         description="compress a batch only if its saving repays the cache rewrite within this many calls (0: always)",
     )
-    max_tokens: int = Field(8_192, gt=0, description="output reserved in the window (rule 3)")
+    max_tokens: int = Field(8_192, gt=0, description="output reserved in the window (rule 3), thinking included")
     result_cap_chars: int = Field(40_000, gt=0, description="verbatim results over this are cut to head + tail")
     kept_cap_chars: int = Field(5_000, gt=0, description="cap for results of steps kept by a compaction")
     read_lines: int = Field(10, ge=0, description="lines of an older Read result kept in its compressed form")
@@ -38,7 +38,10 @@ class Policy(BaseModel):
     min_verbatim_steps: int = Field(2, ge=1, description="emergency trim never goes below this")
     compressor: str = Field("per_tool", description="how older tool results shrink: a name in COMPRESSORS")
     compactor: str = Field("summary", description="when and how the context is compacted: a name in COMPACTORS")
-    todo_recap: bool = Field(True, description="end every request with the agent's current TodoWrite list")
+    todo_recap: bool = Field(True, description="bring the agent's TodoWrite list back into view as a new message")
+    recap_every_steps: int = Field(
+        8, ge=1, description="the todo recap is appended once the plan has been out of view for this many steps"
+    )
     summary_cap_share: float = Field(
         0.15, ge=0, lt=1, description="a summary over this share of the threshold is condensed (0: never)"
     )

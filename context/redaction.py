@@ -40,7 +40,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from context.identity_memo import IdentityMemo
-from context.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, is_signed
 
 REDACTED = "<REDACTED>"
 
@@ -512,13 +512,10 @@ def _redact_block(block: Any) -> Any:
     if isinstance(block, TextBlock):
         text = redact(block.text)
         return block if text is block.text else TextBlock(text=text)
-    if isinstance(block, ThinkingBlock):
-        # The API signature no longer matches a changed thinking text; secrets
-        # in history matter more than replaying that block.
-        thinking = redact(block.thinking)
-        if thinking is block.thinking:
-            return block
-        return ThinkingBlock(thinking=thinking, signature=block.signature)
+    if is_signed(block):
+        # Signed over its text: an edited block is refused by the API whatever the setting. It is kept
+        # exactly; one whose text holds a secret is left out of requests instead (context.prefix).
+        return block
     if isinstance(block, ToolUseBlock):
         data = redact_value(block.input)
         return block if data is block.input else ToolUseBlock(id=block.id, name=block.name, input=data)

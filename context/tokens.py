@@ -191,6 +191,8 @@ def block_tokens(block: Any) -> int:
         return total
     if kind == "thinking":
         return count_text(block.thinking)
+    if kind == "redacted_thinking":  # opaque: its encrypted data stands for the thinking it hides
+        return count_text(block.data) // 4
     if kind == "image":
         return image_tokens(getattr(block, "source", None))
     # Unknown block kinds: count any text they carry, else their JSON form.

@@ -25,7 +25,7 @@ from agents.models import (
     ModelUnavailable,
     PromptTooLong,
 )
-from context.messages import TextBlock, ThinkingBlock, ToolUseBlock
+from context.messages import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock
 
 KEY = "sk-ant-api03-TESTKEY_x9Qm2vLr7Zp4Wc8Hn1Jd6Tf3Ys5Bk0Gu-AAAA"
 EPHEMERAL = {"type": "ephemeral"}
@@ -235,8 +235,10 @@ def test_unknown_blocks_are_skipped_and_text_and_thinking_kept():
         ]
     }
     content = make(FakeApi(ok(body))).create(request()).content
+    # Both kinds of thinking are kept, in order: dropping one would break every later block's prefix.
     assert content == [
         ThinkingBlock(thinking="The user wants a policy check.", signature="EqQBCgIYAhIM1gbcDa9GJwZA"),
+        RedactedThinkingBlock(data="EmwKAhgBEgy3va3pzix/LafPsn4a"),
         TextBlock(text="Found it."),
     ]
 

@@ -26,6 +26,7 @@ SPEC_TABLE = {
         "threshold": 150_000,
         "keep_last_steps": 3,
         "queue": "init",
+        "effort": "high",
     },
     "execute": {
         "model": "sonnet",
@@ -33,17 +34,20 @@ SPEC_TABLE = {
         "threshold": 700_000,
         "keep_last_steps": 5,
         "queue": "execute",
+        "effort": "medium",
     },
 }
 SHARED_DEFAULTS = {
-    "backend": "auto", "batch": 5, "start_tokens": 10_000, "payback_calls": 30, "max_tokens": 8_192,
-    "summary_max_tokens": 4_000, "summary_temperature": 0.0, "summary_timeout_s": 120.0, "bash_enabled": False,
+    "backend": "auto", "batch": 5, "start_tokens": 10_000, "payback_calls": 30, "max_tokens": 32_000,
+    "summary_max_tokens": 16_000, "summary_temperature": 0.0, "summary_timeout_s": 120.0, "bash_enabled": False,
     "bash_sandbox": "bwrap", "bash_timeout_s": 60.0, "output_cap_chars": 30_000, "eval_timeout_s": 10.0,
     "eval_memory_mb": 512, "max_steps_per_turn": 150, "temperature": None, "max_output_tokens": None,
     # the context engine's own settings, settable since the config has a context section
     "result_cap_chars": 40_000, "kept_cap_chars": 5_000, "read_lines": 10, "min_verbatim_steps": 2,
     "compressor": "per_tool", "compactor": "summary", "opening_cap_chars": 10_000,
-    "todo_recap": True, "summary_cap_share": 0.15,
+    "todo_recap": True, "recap_every_steps": 8, "summary_cap_share": 0.15,
+    # thinking (docs/agents.md, "Thinking and the prefix")
+    "thinking": "adaptive", "thinking_display": "updates",
 }
 
 
@@ -261,7 +265,7 @@ def test_error_names_profile_as_source():
 def test_threshold_plus_output_must_fit_the_window():
     with pytest.raises(
         ConfigError,
-        match=r"init\.threshold = 195000 .* plus init\.max_tokens = 8192 \(from built-in default\) must fit",
+        match=r"init\.threshold = 195000 .* plus init\.max_tokens = 32000 \(from built-in default\) must fit",
     ):
         resolve_config("init", env=NO_ENV, overrides={"threshold": 195_000})
 
@@ -382,7 +386,7 @@ def test_policy_maps_the_context_parameters():
         batch=3,
         start_tokens=0,
         payback_calls=7,
-        max_tokens=8_192,
+        max_tokens=32_000,
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.conventions import MAX_CHARS, ConventionsError, conventions_for
-from agents.disk import open_turn
+from agents.disk import AgentDisk, open_turn
 from agents.openings import init_opening
 from agents.prompts import prompt
 from agents.simulated import SimulatedModel
@@ -109,7 +109,7 @@ class Recording(SimulatedModel):
         return super().create(request)
 
 
-def test_a_change_mid_run_is_said_once_in_the_events(tmp_path: Path) -> None:
+def test_a_change_mid_run_is_a_new_message_and_the_system_prompt_stays(tmp_path: Path) -> None:
     root = copy_example(tmp_path)
     model = Recording()
     team = agents(root, model)
@@ -120,5 +120,11 @@ def test_a_change_mid_run_is_said_once_in_the_events(tmp_path: Path) -> None:
     assert run_step(root, team["init"], step=2).status == "continue"
     assert run_step(root, team["init"], step=3).status == "continue"
     changed = [w for w in warnings_of(root) if "conventions changed" in w]
-    assert len(changed) == 1 and "the system prompt differs from step 2 on" in changed[0]
-    assert "Ids are upper-case." not in model.systems[0] and "Ids are upper-case." in model.systems[-1]
+    assert len(changed) == 1 and "told in a new message at the end of its log" in changed[0]
+    # The system prompt is what it was at the first step (thinking is signed over it); the new rules
+    # reach the agent once, as a message appended to its log, which every later request carries.
+    assert model.systems[0] == model.systems[1] == model.systems[2]
+    assert "Ids are upper-case." not in model.systems[-1]
+    notes = [r for r in AgentDisk.load(root, "init").records if r.kind == "note"]
+    told = [r for r in notes if "Ids are upper-case." in json.dumps(r.message)]
+    assert len(told) == 1

@@ -206,7 +206,7 @@ def test_redact_message_identity_when_clean() -> None:
     assert redact_message(result) is result
 
 
-def test_redact_message_rewrites_every_block_kind() -> None:
+def test_redact_message_rewrites_every_block_kind_but_thinking() -> None:
     image = ImageBlock(source={"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo"})
     clean = TextBlock(text="nothing here")
     msg = assistant(
@@ -219,12 +219,13 @@ def test_redact_message_rewrites_every_block_kind() -> None:
     out = redact_message(msg)
     assert out is not msg and out.usage == msg.usage
     thinking, text, kept, tool = out.content
-    assert isinstance(thinking, ThinkingBlock)
-    assert thinking.thinking == f"the key is {R}" and thinking.signature == "sig"
+    # Thinking is signed over its text: kept exactly (the assembler leaves a block with a secret out of
+    # requests instead, context/prefix.py), never rewritten under its old signature.
+    assert thinking is msg.content[0]
     assert isinstance(text, TextBlock) and text.text == f"export API_KEY={R}"
     assert kept is clean
     assert isinstance(tool, ToolUseBlock) and tool.input == {"command": f"curl -H 'Authorization: Bearer {R}'", "n": 1}
-    assert OPENAI not in out.canonical and ANTHROPIC not in out.canonical and JWT not in out.canonical
+    assert ANTHROPIC not in out.canonical and JWT not in out.canonical
 
     results = user(
         ToolResultBlock(tool_use_id="t1", content=f"password={GHP}", is_error=True),

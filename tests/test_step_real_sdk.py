@@ -99,7 +99,13 @@ def test_a_step_through_the_sdk_persists_the_response_and_runs_its_tools(tmp_pat
     assert "Bash" not in {t["name"] for t in body["tools"]} and "RunEvaluation" not in {
         t["name"] for t in body["tools"]
     }
-    assert "anthropic-beta" not in api.requests[-1].headers  # no beta the catalogue does not call for
+    # The role's thinking, named on every request, with drop_block as a safety net and the display that
+    # returns the notes between tool calls (agents/thinking.py); exactly the betas those need.
+    assert body["thinking"] == {"type": "adaptive", "display": "updates",
+                                "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+    assert body["output_config"] == {"effort": "high"}
+    assert api.requests[-1].headers["anthropic-beta"] == (
+        "thinking-binding-controls-2026-08-01,thinking-display-updates-2026-08-18")
     assert KEY not in json.dumps(body)
 
     disk = assert_log_consistent(root, "init")
@@ -110,7 +116,7 @@ def test_a_step_through_the_sdk_persists_the_response_and_runs_its_tools(tmp_pat
     assert KEY not in (root / "state/init/log.jsonl").read_text() + (root / "state/init/events.jsonl").read_text()
 
 
-def test_execute_with_a_1m_window_sends_no_beta_header(tmp_path):
+def test_execute_with_a_1m_window_sends_no_context_beta(tmp_path):
     # The 1M beta is retired; today's models have their windows natively (agents/catalogue.py).
     root = copy_example(tmp_path)
     api = Api(_message([{"type": "tool_use", "id": "toolu_01", "name": "LS", "input": {}}], "tool_use", {}))
@@ -120,10 +126,10 @@ def test_execute_with_a_1m_window_sends_no_beta_header(tmp_path):
     )
     open_turn(root, "execute", 1, "Iteration: 1\nScenario: refund_desk\n\nStart.", key="iteration-1")
     assert run_step(root, Agent(base, model)).status == "continue"
-    assert "anthropic-beta" not in api.requests[0].headers
+    assert "context-1m" not in api.requests[0].headers.get("anthropic-beta", "")
 
 
-def test_compaction_through_the_sdk_asks_for_text_only(tmp_path):
+def test_compaction_through_the_sdk_keeps_the_steps_settings(tmp_path):
     root = copy_example(tmp_path)
     summary = {
         "current_design_summary": {
@@ -155,8 +161,12 @@ def test_compaction_through_the_sdk_asks_for_text_only(tmp_path):
     run_step(root, agent)
     outcome = run_compaction(root, agent, force=True)
     assert outcome.status == "compacted" and not outcome.fallback
-    body = json.loads(api.requests[-1].content)
-    assert body["tool_choice"] == {"type": "none"} and body["max_tokens"] == agent.config.model.summary_max_tokens
+    body, step_body = json.loads(api.requests[-1].content), json.loads(api.requests[-2].content)
+    assert body["max_tokens"] == agent.config.model.summary_max_tokens
+    # Same tools, tool_choice, thinking and effort as the step: any change would invalidate the cached messages.
+    for field in ("tools", "tool_choice", "thinking", "output_config"):
+        assert body.get(field) == step_body.get(field), field
+    assert api.requests[-1].headers["anthropic-beta"] == api.requests[-2].headers["anthropic-beta"]
     assert "<compact_summary>" in json.dumps(body["messages"][-1])
     # The breakpoints the step request had on its messages (context.compaction.SummaryRequest): a cache read.
     assert json.dumps(body["messages"]).count('"cache_control"') >= 1

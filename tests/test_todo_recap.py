@@ -1,6 +1,6 @@
-"""The todo recap (context/todo_recap.py, issue 13.1): the agent's current TodoWrite list as the
-last block of every request, after the last cache breakpoint, so the plan survives compression
-and compaction and costs only its own tokens."""
+"""The todo recap (context/todo_recap.py, issues 13.1 and 22): the agent's current TodoWrite list
+brought back into view as a new message in the log when the plan has been out of view for a while,
+so the plan survives compression and compaction and no earlier message is ever edited."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from context.assembly import Assembler, StaticPrefix
 from context.compaction import CircuitBreaker, compact
 from context.history import History
 from context.messages import Message, ToolResultBlock, ToolUseBlock, assistant, user
-from context.policy import Policy
 from context.summary_schemas import ExecuteSummary
-from context.todo_recap import HEADER, MAX_OPEN, recap
+from context.todo_recap import HEADER, MAX_OPEN, recap, recap_due
 from tests.test_assembly import policy, step
 
 PLAN = [{"content": "write tools.py", "status": "completed"},
@@ -63,33 +62,44 @@ def test_no_plan_means_no_recap_and_a_refused_list_is_skipped() -> None:
     assert "write the samples" in recap(h)
 
 
-def test_every_request_ends_with_the_recap_after_the_last_breakpoint() -> None:
-    h = log_with_plan()
+def test_the_recap_is_due_once_the_plan_has_been_out_of_view_for_n_steps() -> None:
+    assert recap_due(log_with_plan(steps_after=7), every=8) is None  # the TodoWrite call is 7 steps back
+    text = recap_due(log_with_plan(steps_after=8), every=8)
+    assert text is not None and "- [in_progress] write the samples" in text
+    h = log_with_plan(steps_after=8)
+    h.append(user(text))  # appended: it is in view now, so no second recap until 8 more steps
+    assert recap_due(h, every=8) is None
+    done = [{**item, "status": "completed"} for item in PLAN]
+    assert recap_due(log_with_plan(steps_after=20, todos=done), every=8) is None  # nothing open: nothing to recall
+
+
+def test_the_recap_is_a_message_in_the_log_so_every_later_request_carries_it_unchanged() -> None:
+    h = log_with_plan(steps_after=8)
     static = StaticPrefix(system="You are Execute.")
-    with_recap = Assembler(h, policy()).assemble()
-    without = Assembler(h, policy(todo_recap=False)).assemble()
-    body = with_recap.to_request(static, model="m", max_tokens=100)
-    plain = without.to_request(static, model="m", max_tokens=100)
-    last = body["messages"][-1]["content"]
-    assert last[-1] == {"type": "text", "text": with_recap.recap} and "cache_control" not in last[-1]
-    assert "cache_control" in last[-2]  # the breakpoint stays on the block before it
-    # Everything up to the recap is the request without it: the cached prefix does not move.
-    assert {**body, "messages": [*body["messages"][:-1], {**body["messages"][-1], "content": last[:-1]}]} == plain
-    assert with_recap.layers["todo_recap"] > 0 and "todo_recap" not in without.layers
-    assert with_recap.estimated_input > without.estimated_input
+    text = recap_due(h, every=8)
+    h.append(user(text))
+    before = Assembler(h, policy(batch=50)).assemble().to_request(static, model="m", max_tokens=100)
+    for m in step(99, "more"):
+        h.append(m)
+    after = Assembler(h, policy(batch=50)).assemble().to_request(static, model="m", max_tokens=100)
+
+    def unmarked(messages: list) -> list:
+        return [{**m, "content": [{k: v for k, v in b.items() if k != "cache_control"} for b in m["content"]]}
+                for m in messages]
+
+    # The recap sits in the results message it followed; the next request starts with this one exactly.
+    assert unmarked(after["messages"][: len(before["messages"])]) == unmarked(before["messages"])
+    assert any(b.get("text") == text for m in after["messages"] for b in m["content"])
 
 
-def test_the_plan_survives_a_compaction_that_summarised_the_call_away() -> None:
+def test_after_a_compaction_that_summarised_the_call_away_the_plan_is_recalled_at_once() -> None:
     h = log_with_plan(steps_before=1, steps_after=14)
     asm = Assembler(h, policy(), agent="execute")
     event = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="Summarise.", call=None,
                     breaker=CircuitBreaker())
     after = asm.assemble(event)
     assert not any(u.name == "TodoWrite" for m in after.messages for u in m.tool_uses)  # the call is gone
-    assert after.recap is not None and "- [in_progress] write the samples" in after.recap
-
-
-def test_the_recap_is_part_of_what_the_threshold_sees() -> None:
-    h = log_with_plan()
-    plain = Assembler(h, Policy(**{**policy().model_dump(), "todo_recap": False})).assemble()
-    assert Assembler(h, policy()).assemble().raw_tokens - plain.raw_tokens > 10
+    since = event.in_view(h).kept_from
+    assert recap_due(h, every=50) is None  # without the compaction point, the call is still "in view"
+    text = recap_due(h, every=50, since=since)
+    assert text is not None and "- [in_progress] write the samples" in text
