@@ -43,7 +43,8 @@ class Agent:
     def tools(self) -> dict[str, Any]:
         return tools_for(self.config)
 
-    def static(self, root: Path | None = None, conventions: str | None = None) -> StaticPrefix:
+    def static(self, root: Path | None = None, conventions: str | None = None, thinking_epoch: int = 0
+               ) -> StaticPrefix:
         """System prompt (with the conventions of the scenario in ``root``, if any) and tool definitions.
 
         ``conventions``: the text the agent's system prompt was fixed with at its first step
@@ -53,7 +54,8 @@ class Agent:
             conventions = conventions_for(root).text if root is not None else ""
         if conventions:
             system = f"{system.rstrip()}\n\n{conventions}\n"
-        return StaticPrefix(system=system, tools=[definition(t) for t in self.tools().values()])
+        return StaticPrefix(system=system, tools=[definition(t) for t in self.tools().values()],
+                            thinking_epoch=thinking_epoch)
 
     def context(self, root: Path, iteration: int, memory: dict[str, Any]) -> ToolContext:
         label = self.model.label if self.model.label == "simulated" else ""
@@ -62,5 +64,5 @@ class Agent:
 
     def assembler(self, disk: AgentDisk, history: History) -> Assembler:
         estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()
-        static = self.static(disk.layout.root, disk.state.system_conventions)
+        static = self.static(disk.layout.root, disk.state.system_conventions, disk.state.thinking_epoch)
         return Assembler(history, self.config.context, agent=self.role, static=static, estimator=estimator)

@@ -49,6 +49,7 @@ from agents.models import (
     ModelResponse,
     ModelUnavailable,
     PromptTooLong,
+    ThinkingRefused,
 )
 from context.messages import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock, Usage
 
@@ -72,6 +73,8 @@ COUNT_TIMEOUT_S = 30.0  # the count endpoint answers at once; the step waits no 
 RETRYABLE_STATUS = frozenset({408, 429})  # plus every 5xx, 529 "overloaded" included
 # Wordings of "the input does not fit": compaction is the cure for all of them.
 TOO_LONG_MARKERS = ("prompt is too long", "exceed context limit")
+# The prefix check's 400 (and a signature it cannot verify) start their message this way.
+THINKING_REFUSED = "Invalid `signature` in `thinking` block"
 # Thinking of both kinds is kept exactly as returned: each block is signed over its prefix, and leaving
 # one out breaks every later block's prefix (docs/agents.md, "Thinking and the prefix").
 BLOCK_TYPES = {"text": TextBlock, "tool_use": ToolUseBlock, "thinking": ThinkingBlock,
@@ -252,6 +255,8 @@ class AnthropicModel:
             return _Failure(description, status, error_type, err.request_id, retry_after_s(err.response.headers))
         if status == 413 or (status == 400 and _is_too_long(message)):
             error: ModelError = PromptTooLong(f"Anthropic API: prompt too long ({description})")
+        elif status == 400 and THINKING_REFUSED in message:
+            error = ThinkingRefused(f"Anthropic API refused a thinking block ({description})")
         else:
             error = ModelError(f"Anthropic API error ({description})")
         return _tag(error, status=status, error_type=error_type, request_id=err.request_id, attempts=1)

@@ -20,8 +20,8 @@ from agents.events import CompactionRecord, WarningEvent
 from agents.models import ModelError, ModelRequest, ModelUnavailable
 from agents.outcomes import CompactionOutcome
 from agents.prompts import prompt
-from agents.thinking import thinking_fields
 from agents.settings_layers import load_scenario_config
+from agents.thinking import thinking_fields
 from context.assembly import StaticPrefix
 from context.compaction import KnownFacts, SummaryCall, SummaryReply, SummaryRequest
 from context.summary_schemas import SUMMARY_SCHEMAS

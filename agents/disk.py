@@ -62,6 +62,9 @@ class AgentState(BaseModel):
     # The previous request's message count plus its reply, the prefix digest after the reply, and its
     # view plan (context.assembly.Assembled.plan): whether the next request extends it exactly.
     last_prefix: dict[str, Any] | None = None
+    # Raised when the API refused a thinking block baton sent back: every block stamped before is left out.
+    thinking_epoch: int = 0
+    thinking_epoch_step: int = 0  # the step that raised it last: a second refusal at the same step fails
 
 
 class LogRecord(BaseModel):

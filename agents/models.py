@@ -78,6 +78,12 @@ class PromptTooLong(ModelError):
     """The API said the prompt is too long: the step turns this into a compaction."""
 
 
+class ThinkingRefused(ModelError):
+    """The API refused a thinking block the request sent back (its prefix check, or a signature it cannot
+    verify). Sending the same request again cannot work: the step leaves every earlier block out and asks
+    once more (``AgentState.thinking_epoch``)."""
+
+
 class ModelUnavailable(ModelError):
     """Overloaded, rate limited or unreachable after all retries, or a timeout."""
 

@@ -52,7 +52,15 @@ from agents.events import (
     WarningEvent,
     event_record,
 )
-from agents.models import Model, ModelError, ModelRequest, ModelResponse, PromptTooLong, TokenCounter
+from agents.models import (
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    PromptTooLong,
+    ThinkingRefused,
+    TokenCounter,
+)
 from agents.outcomes import StepOutcome
 from agents.thinking import thinking_fields
 from agents.tools.base import Tool, ToolContext, parse_envelope, run_tool
@@ -228,6 +236,8 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
             response = _ask(agent.model, request)
         except PromptTooLong as exc:
             return _too_long(disk, step, base, f"the API said the prompt is too long: {exc}")
+        except ThinkingRefused as exc:
+            return _thinking_refused(disk, step, base, str(exc))
         except ModelError as exc:
             return _fail(disk, step, base, f"model error: {exc}")
         fault("after_model_call", step)
@@ -316,6 +326,22 @@ def _prefix_continuity(disk: AgentDisk, assembled: Assembled) -> tuple[bool | No
     n = int(last.get("n", 0))
     extends = 0 < n <= len(chain.ends) and chain.ends[n - 1] == last.get("digest")
     return extends, assembled.plan != last.get("plan")
+
+
+def _thinking_refused(disk: AgentDisk, step: int, base: dict[str, Any], error: str) -> StepOutcome:
+    """The API refused a thinking block baton sent back. The same request would fail again, so every block
+    stamped so far is left out from now on (a new thinking epoch) and the step runs once more; a second
+    refusal at the same step fails it, saying so."""
+    if disk.state.thinking_epoch_step == step:
+        return _fail(disk, step, base, f"the API refused thinking blocks again after baton left every earlier "
+                                       f"one out: {error}")
+    disk.state.thinking_epoch += 1
+    disk.state.thinking_epoch_step = step
+    disk.save_state()
+    disk.event(WarningEvent(after_step=step - 1, code="thinking_refused", reason=(
+        f"{error}; every thinking block produced so far is left out from now on and the step is asked again")))
+    return StepOutcome(step=step, status="continue", reason="the API refused a thinking block; asking again "
+                       "without the earlier thinking", **base)
 
 
 def _note_dropped_thinking(disk: AgentDisk, step: int, response: ModelResponse) -> int:

@@ -100,6 +100,9 @@ class StaticPrefix(BaseModel):
     model_config = ConfigDict(frozen=True)
     system: str = ""
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    # Never sent: part of the prefix chain's start, so raising it leaves out every thinking block stamped
+    # before (after the API refused one, context.prefix); the blocks produced after are stamped with it.
+    thinking_epoch: int = 0
 
     @cached_property
     def tokens(self) -> int:
@@ -108,7 +111,7 @@ class StaticPrefix(BaseModel):
     @cached_property
     def digest(self) -> str:
         """Where the prefix chain of every request starts (``context.prefix``)."""
-        return static_digest(self.system, self.tools)
+        return static_digest(self.system, self.tools, self.thinking_epoch)
 
 
 @dataclass

@@ -38,9 +38,11 @@ def _link(digest: str, part: str) -> str:
     return hashlib.sha256(f"{digest}\x00{part}".encode()).hexdigest()[:32]
 
 
-def static_digest(system: str, tools: list[dict[str, Any]]) -> str:
-    """The chain's start: the system prompt and the tool definitions (without cache_control)."""
-    body = json.dumps({"system": system, "tools": _unmarked(tools)}, sort_keys=True, ensure_ascii=False)
+def static_digest(system: str, tools: list[dict[str, Any]], epoch: int = 0) -> str:
+    """The chain's start: the system prompt and the tool definitions (without cache_control), and the
+    thinking epoch (raised after the API refused a block: every block stamped before is then left out)."""
+    body = json.dumps({"system": system, "tools": _unmarked(tools), "epoch": epoch}, sort_keys=True,
+                      ensure_ascii=False)
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from agents.anthropic_model import AnthropicModel
 from agents.models import ModelError, PromptTooLong
-from context.messages import TextBlock, ToolUseBlock
+from context.messages import TextBlock, ThinkingBlock, ToolUseBlock
 from tests.fake_api_support import EPHEMERAL, KEY, free_port, http, init_body, init_request, queue_fault, stats
 from workers.cli import cli
 from workers.fake_api.cache import PromptCache
@@ -120,7 +120,10 @@ def test_the_command_checks_its_options():
 def test_a_message_is_the_simulated_models_answer_in_the_apis_shape(client, server):
     message = client.messages.create(**init_body())
     assert message.type == "message" and message.role == "assistant" and message.model == "claude-opus-5-5"
-    assert message.content[0].text.startswith("[simulated]")
+    # The 5.5 models think: a signed thinking block first, empty at the default display (omitted).
+    assert message.content[0].type == "thinking" and message.content[0].thinking == ""
+    assert message.content[0].signature
+    assert message.content[1].text.startswith("[simulated]")
     assert message.stop_reason == "tool_use" and message.content[-1].type == "tool_use"
     assert message.usage.cache_creation_input_tokens > 0 and message.usage.input_tokens > 0
     assert message.usage.output_tokens > 0 and message.stop_sequence is None
@@ -128,7 +131,8 @@ def test_a_message_is_the_simulated_models_answer_in_the_apis_shape(client, serv
 
 def test_baton_s_model_gets_the_same_answer_over_http(server):
     response = model(server).create(init_request())
-    assert isinstance(response.content[0], TextBlock) and isinstance(response.content[-1], ToolUseBlock)
+    assert isinstance(response.content[0], ThinkingBlock) and isinstance(response.content[1], TextBlock)
+    assert isinstance(response.content[-1], ToolUseBlock)
     assert response.stop_reason == "tool_use" and response.usage.total_input > 0
 
 

@@ -12,6 +12,9 @@ ordering, per-model and per-workspace caches):
 - An entry lives for its TTL (5 minutes, or 1 hour for ``"ttl": "1h"``) after it was
   last written or read.
 - Tokens after the last breakpoint are plain input.
+- What invalidates what follows the prompt-caching page's table: a change of the tools or the system
+  prompt changes every later key (the hash runs on), and a change of ``tool_choice``, of the thinking
+  mode or of ``output_config.effort`` (``settings``) changes the keys of the message blocks only.
 
 The clock is injectable (``clock``), so tests move time instead of sleeping.
 """
@@ -42,9 +45,10 @@ class PromptCache:
         self._expiry: dict[str, tuple[float, float]] = {}  # prefix hash -> (expires at, ttl)
         self._lock = threading.Lock()
 
-    def account(self, pieces: Sequence[Piece]) -> CacheUse:
-        """Split the request's input tokens into read, written and plain; remember the prefixes written."""
-        keys = _prefix_keys(pieces)
+    def account(self, pieces: Sequence[Piece], settings: str = "") -> CacheUse:
+        """Split the request's input tokens into read, written and plain; remember the prefixes written.
+        ``settings``: what the message blocks' cache depends on besides their content (see above)."""
+        keys = _prefix_keys(pieces, settings)
         read = written = 0
         cursor = 0  # pieces before it are accounted for
         with self._lock:
@@ -70,10 +74,13 @@ class PromptCache:
             self._expiry.clear()
 
 
-def _prefix_keys(pieces: Sequence[Piece]) -> list[str]:
+def _prefix_keys(pieces: Sequence[Piece], settings: str = "") -> list[str]:
     running = hashlib.sha256()
-    keys = []
+    keys, salted = [], False
     for piece in pieces:
+        if piece.in_messages and not salted:  # from the first message block on, the settings count too
+            running.update(f"settings:{settings}\x00".encode())
+            salted = True
         running.update(piece.key.encode())
         running.update(b"\x00")  # pieces never merge: "ab"+"c" and "a"+"bc" hash apart
         keys.append(running.copy().hexdigest())

@@ -33,6 +33,7 @@ class Piece:
     key: str  # canonical JSON, cache_control left out: moving a breakpoint does not change the content
     tokens: int
     breakpoint_ttl_s: float | None = None  # set when the piece carries a cache_control marker
+    in_messages: bool = False  # a message block: its cache also depends on tool_choice, thinking and effort
 
 
 def claude_tokens(raw: int) -> int:
@@ -97,5 +98,5 @@ def pieces(tools: list[dict[str, Any]], system: str | list[dict[str, Any]] | Non
         for k, (raw_block, block) in enumerate(zip(raw_blocks, message.content)):
             framing = PER_BLOCK + (PER_MESSAGE if k == 0 else 0)
             out.append(Piece(_canonical(f"{message.role}#{n}", raw_block), claude_tokens(block.tokens) + framing,
-                             _breakpoint(raw_block)))
+                             _breakpoint(raw_block), in_messages=True))
     return out

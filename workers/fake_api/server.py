@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from pydantic import ValidationError
 
-from agents.simulated import SimulatedModel
+from agents.simulated import SUMMARY_ASK, SimulatedModel
 from workers.fake_api.answer import answer
 from workers.fake_api.cache import PromptCache
 from workers.fake_api.catalogue import Catalogue, CatalogueError
@@ -43,6 +43,14 @@ from workers.fake_api.faults import FaultOrder, FaultQueue, apply
 from workers.fake_api.latency import Latency
 from workers.fake_api.rules import ApiError, check, invalid
 from workers.fake_api.stats import Stats
+from workers.fake_api.thinking import (
+    BINDING_BETA,
+    cache_settings,
+    check_parameters,
+    preserves_thinking,
+    sign_reply,
+)
+from workers.fake_api.thinking import check as check_thinking
 
 log = logging.getLogger(__name__)
 DEFAULT_HANG_S = 30.0
@@ -67,6 +75,7 @@ class FakeApi:
     hang_s: float = DEFAULT_HANG_S
     latency: Latency = field(default_factory=Latency)  # none by default
     sleep: Callable[[float], None] = time.sleep
+    serial: itertools.count = field(default_factory=itertools.count, repr=False)  # replies signed so far
 
     def handle(self, method: str, url: str, headers: dict[str, str], body: bytes) -> Reply:
         parts = urlsplit(url)
@@ -90,7 +99,11 @@ class FakeApi:
         if (method, path) == ("POST", "/v1/messages"):
             return self.messages(body, headers)
         if (method, path) == ("POST", "/v1/messages/count_tokens"):
-            checked = check(_json(body), self.catalogue, counting_only=True)
+            raw = _json(body)
+            checked = check(raw, self.catalogue, counting_only=True)
+            # count_tokens runs the same prefix check, with the same 400 (platform docs, "Token counting")
+            raw, _ = self._bind_thinking(raw, checked.model.id, _betas(headers), count=False)
+            checked = check(raw, self.catalogue, counting_only=True)
             self.stats.model(checked.model.id)
             return Reply(200, {"input_tokens": checked.input_tokens})
         if (method, path) == ("GET", "/v1/models"):
@@ -108,19 +121,30 @@ class FakeApi:
 
     def messages(self, body: bytes, headers: dict[str, str]) -> Reply:
         raw = _json(body)
+        betas = _betas(headers)
         checked = check(raw, self.catalogue)
-        # baton's summary calls are the text-only ones: /stats reports their cache use apart.
-        text_only = isinstance(raw, dict) and (raw.get("tool_choice") or {}).get("type") == "none"
-        purpose = "summary" if text_only else "step"
+        raw, bound = self._bind_thinking(raw, checked.model.id, betas)
+        if bound.dropped:  # the dropped blocks are neither read nor billed
+            checked = check(raw, self.catalogue)
+        # baton's summary calls ask for <compact_summary>: /stats reports their cache use apart.
+        purpose = "summary" if SUMMARY_ASK in json.dumps(raw["messages"][-1:]) else "step"
         self.stats.model(checked.model.id)
         fault = self.faults.take(body.decode("utf-8", errors="replace"))
         if fault is not None:
             self.stats.fault(fault.fault)
             if fault.fault == "hang":
                 self.sleep(self.hang_s if fault.hang_s is None else fault.hang_s)
-        betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
-        use = self.cache.account(checked.pieces)
+        use = self.cache.account(checked.pieces, cache_settings(raw, checked.model.id))
         message = answer(self.model, checked, betas, use)
+        if preserves_thinking(checked.model.id):
+            message["content"], thinking_tokens = sign_reply(
+                message["content"], bound, checked.model.id, raw.get("thinking") or {}, next(self.serial))
+            message["usage"]["output_tokens"] += thinking_tokens  # thinking is billed as output
+            kinds = [b["type"] for b in message["content"]]
+            self.stats.thinking_use(produced=kinds.count("thinking"),
+                                    redacted_produced=kinds.count("redacted_thinking"))
+        if BINDING_BETA in betas:  # listed on every reply when the beta header is sent, empty when nothing changed
+            message["input_transformations"] = bound.dropped
         max_tokens = checked.body.max_tokens or 0
         if fault is not None:
             message = apply(fault.fault, message, max_tokens)
@@ -129,6 +153,20 @@ class FakeApi:
         self.stats.usage(use, message["usage"]["output_tokens"], message["stop_reason"], purpose)
         self.wait(checked.model.id, message["usage"]["output_tokens"])
         return Reply(200, message)
+
+    def _bind_thinking(self, raw: dict[str, Any], model_id: str, betas: list[str], count: bool = True):
+        """The thinking parameter checked, and the prefix check run on every thinking block sent back: the
+        request as the model will read it (dropped blocks removed) and what was kept and dropped."""
+        check_parameters(raw, model_id, betas)
+        try:
+            bound = check_thinking(raw, model_id, betas)
+        except ApiError:
+            self.stats.thinking_use(refused=1)
+            raise
+        if count:
+            self.stats.thinking_use(sent_back=bound.sent, redacted_sent_back=bound.redacted_sent, valid=bound.kept,
+                                    dropped=len(bound.dropped))
+        return ({**raw, "messages": bound.messages} if bound.dropped else raw), bound
 
     def wait(self, model_id: str, output_tokens: int) -> None:
         """Hold the reply as a real model would (``latency``): time to first token, then the output's time.
@@ -168,6 +206,10 @@ class FakeApi:
         elif method == "DELETE":
             self.faults.clear()
         return Reply(200, {"pending": self.faults.pending()})
+
+
+def _betas(headers: dict[str, str]) -> list[str]:
+    return [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
 
 
 def _check_headers(headers: dict[str, str]) -> None:

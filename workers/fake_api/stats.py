@@ -27,6 +27,9 @@ class Stats:
         self.delay_s: defaultdict[str, float] = defaultdict(float)  # total_s, first_token_s, output_s, max_s
         self.delay_by_model: defaultdict[str, float] = defaultdict(float)  # model id -> seconds waited
         self.recent_delays: deque[float] = deque(maxlen=RECENT_DELAYS)  # bounded: a long benchmark stays small
+        # Preserved thinking: blocks produced (thinking, redacted), sent back, found valid, dropped (drop_block),
+        # and requests refused by the prefix check (400)
+        self.thinking: Counter[str] = Counter()
 
     def request(self, endpoint: str) -> None:
         with self._lock:
@@ -43,6 +46,10 @@ class Stats:
             self.tokens.update(counts)
             self.by_purpose.setdefault(purpose, Counter()).update(counts | {"requests": 1})
             self.stop_reasons[stop_reason] += 1
+
+    def thinking_use(self, **counts: int) -> None:
+        with self._lock:
+            self.thinking.update(counts)
 
     def fault(self, kind: str) -> None:
         with self._lock:
@@ -72,6 +79,9 @@ class Stats:
                 "stop_reasons": dict(self.stop_reasons),
                 "faults": dict(self.faults),
                 "errors": dict(self.errors),
+                "thinking": {key: self.thinking[key] for key in
+                             ("produced", "redacted_produced", "sent_back", "redacted_sent_back", "valid",
+                              "dropped", "refused")},
                 "delay": self._delay_snapshot(),
             }
 
