@@ -80,3 +80,32 @@ def serving(api: FakeApi) -> Iterator[Running]:
         yield running
     finally:
         running.stop()
+
+
+def thinking_figures(seen: dict[str, Any], root: Any) -> dict[str, float]:
+    """What a run through the double did with preserved thinking (issue 22's "done when"), checked:
+    no request refused by the prefix check, no block the API had to drop, every block baton sent back
+    valid, redacted blocks sent back, and thinking sent back in most requests; both agents compacted.
+    Returns the figures, for the test to report."""
+    thinking = seen["thinking"]
+    assert thinking["refused"] == 0 and thinking["dropped"] == 0, thinking
+    assert thinking["sent_back"] == thinking["valid"] > 0 and thinking["redacted_sent_back"] > 0, thinking
+    steps, extends = 0, 0
+    with_thinking = 0
+    for role in ("init", "execute"):
+        events = [json.loads(line) for line in (root / "state" / role / "events.jsonl").read_text().splitlines()]
+        assert any(e["kind"] == "compaction" for e in events), role
+        assert not any(e["kind"] == "warning" and e.get("code") == "thinking_dropped" for e in events), role
+        calls = [e for e in events if e["kind"] == "step"][1:]  # the first call has nothing to send back
+        steps += len(calls)
+        extends += sum(1 for e in calls if e.get("prefix_extends"))
+        with_thinking += sum(1 for e in calls if e["thinking_sent"] > 0)
+        # Every break of the prefix is one the engine chose (a batch compressed, a compaction).
+        assert all(e.get("prefix_extends") or e.get("view_changed") for e in calls), role
+    summary = seen["by_purpose"]["summary"]
+    summary_input = summary["cache_read"] + summary["cache_write"] + summary["input"]
+    figures = {"requests_with_valid_thinking": with_thinking / steps,
+               "requests_extending_the_previous": extends / steps,
+               "summary_input_from_cache": summary["cache_read"] / summary_input}
+    assert figures["requests_with_valid_thinking"] > 0.5, figures
+    return figures

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fake_api_support import KEY, stats
+from tests.fake_api_support import KEY, stats, thinking_figures
 from tests.workers_harness import Cluster
 from workers.fake_api.server import FakeApi, start
 
@@ -32,4 +32,5 @@ def test_three_workers_reach_done_through_the_double(request, redis_server, tmp_
     seen = stats(double.url)
     assert seen["requests"]["POST /v1/messages"] > 20 and seen["errors"] == {}
     assert set(seen["models"]) == {"claude-opus-5-5", "claude-sonnet-5-5"}
+    print("thinking through the double, three workers:", thinking_figures(seen, cluster.root))
     assert KEY not in "".join(proc.tail(10**7) for proc in cluster.procs)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from scenarios.run import copy_scenario
-from tests.fake_api_support import KEY, stats
+from tests.fake_api_support import KEY, stats, thinking_figures
 from workers.fake_api.server import FakeApi, Running, start
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
@@ -59,6 +59,10 @@ def test_a_run_reaches_done_through_the_double(tmp_path, double):
     summaries = seen["by_purpose"]["summary"]
     assert summaries["requests"] >= 2
     assert summaries["cache_read"] > summaries["cache_write"] + summaries["input"], summaries
+    # Thinking bound to its prefix (issue 22): signed by the double, sent back only while valid.
+    figures = thinking_figures(seen, tmp_path / "refund_desk")
+    assert figures["summary_input_from_cache"] > 0.7, figures
+    print("thinking through the double, embedded:", figures)
     log = (tmp_path / "refund_desk" / "state" / "init" / "log.jsonl").read_text()
     assert "[simulated]" in log  # the double's answers still say who wrote them
     everything = done.stdout + done.stderr + "".join(
