@@ -65,6 +65,8 @@ class ThinkingBlock(_Counted):
     thinking: str
     signature: str = ""
     prefix: str | None = Field(None, exclude=True)
+    # Its text held a secret: stored redacted, and never sent again (the signature covers the original text).
+    withheld: bool = Field(False, exclude=True)
 
 
 class RedactedThinkingBlock(_Counted):
@@ -197,10 +199,7 @@ class Message(_Frozen):
     @cached_property
     def stored(self) -> dict[str, Any]:
         """The log form: the request form plus each thinking block's prefix fingerprint (never sent)."""
-        content = [
-            b.model_dump(exclude_none=True) | ({"prefix": b.prefix} if is_signed(b) and b.prefix else {})
-            for b in self.content
-        ]
+        content = [b.model_dump(exclude_none=True) | _stamp(b) for b in self.content]
         return {"role": self.role, "content": content}
 
     @cached_property
@@ -211,6 +210,13 @@ class Message(_Frozen):
     def canonical(self) -> str:
         """Deterministic serialisation: equal strings mean byte-identical request content."""
         return json.dumps(self.api, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _stamp(block: Any) -> dict[str, Any]:
+    """What the log keeps of a signed block besides its request form: its prefix stamp, whether it is withheld."""
+    if not is_signed(block):
+        return {}
+    return {k: v for k, v in (("prefix", block.prefix), ("withheld", getattr(block, "withheld", False))) if v}
 
 
 def is_signed(block: Any) -> bool:

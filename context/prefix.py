@@ -62,8 +62,9 @@ _WITHHELD = IdentityMemo(_withheld_text, size=8192)  # blocks are frozen and sha
 
 
 def withheld(block: Any) -> bool:
-    """A thinking block whose text would need redaction: it is left out, never rewritten."""
-    return isinstance(block, ThinkingBlock) and _WITHHELD(block)
+    """A thinking block whose text held a secret (redacted when it was stored, ``ThinkingBlock.withheld``) or
+    would need redaction: it is never sent back, since the API refuses an edited text."""
+    return isinstance(block, ThinkingBlock) and (block.withheld or _WITHHELD(block))
 
 
 @dataclass

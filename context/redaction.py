@@ -40,7 +40,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from context.identity_memo import IdentityMemo
-from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, is_signed
+from context.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 REDACTED = "<REDACTED>"
 
@@ -512,10 +512,14 @@ def _redact_block(block: Any) -> Any:
     if isinstance(block, TextBlock):
         text = redact(block.text)
         return block if text is block.text else TextBlock(text=text)
-    if is_signed(block):
-        # Signed over its text: an edited block is refused by the API whatever the setting. It is kept
-        # exactly; one whose text holds a secret is left out of requests instead (context.prefix).
-        return block
+    if isinstance(block, ThinkingBlock):
+        # Signed over its text: an edited block is refused by the API whatever the setting. A clean one is
+        # kept exactly; one whose text holds a secret is kept redacted and marked withheld, so it is never
+        # sent again (context.prefix): the secret reaches neither the disk nor a request.
+        thinking = redact(block.thinking)
+        if thinking is block.thinking:
+            return block
+        return ThinkingBlock(thinking=thinking, signature=block.signature, prefix=block.prefix, withheld=True)
     if isinstance(block, ToolUseBlock):
         data = redact_value(block.input)
         return block if data is block.input else ToolUseBlock(id=block.id, name=block.name, input=data)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -219,13 +221,16 @@ def test_redact_message_rewrites_every_block_kind_but_thinking() -> None:
     out = redact_message(msg)
     assert out is not msg and out.usage == msg.usage
     thinking, text, kept, tool = out.content
-    # Thinking is signed over its text: kept exactly (the assembler leaves a block with a secret out of
-    # requests instead, context/prefix.py), never rewritten under its old signature.
-    assert thinking is msg.content[0]
+    # Thinking is signed over its text: one with a secret is kept redacted and withheld (the assembler never
+    # sends it again, context/prefix.py) rather than sent rewritten under its old signature.
+    assert isinstance(thinking, ThinkingBlock) and thinking.withheld and thinking.signature == "sig"
+    assert thinking.thinking == f"the key is {R}"
+    clean_thinking = ThinkingBlock(thinking="plan the samples", signature="sig2")
+    assert redact_message(assistant(clean_thinking)).content[0] is clean_thinking  # a clean one: exactly as is
     assert isinstance(text, TextBlock) and text.text == f"export API_KEY={R}"
     assert kept is clean
     assert isinstance(tool, ToolUseBlock) and tool.input == {"command": f"curl -H 'Authorization: Bearer {R}'", "n": 1}
-    assert ANTHROPIC not in out.canonical and JWT not in out.canonical
+    assert OPENAI not in json.dumps(out.stored) and ANTHROPIC not in out.canonical and JWT not in out.canonical
 
     results = user(
         ToolResultBlock(tool_use_id="t1", content=f"password={GHP}", is_error=True),

@@ -8,7 +8,7 @@ Every command and view reads the disk through here, nowhere else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,40 @@ def measured_input(usage: dict[str, Any]) -> int | None:
 
 
 @dataclass
+class ThinkingTally:
+    """What the steps did with preserved thinking (agents/events.StepEvent; docs/agents.md, "Thinking and the
+    prefix"): blocks sent back valid, left out by baton, produced, dropped by the API after all; requests that
+    extended the previous one exactly, and breaks of the prefix the engine did not plan."""
+
+    sent: int = 0
+    left_out: int = 0
+    produced: int = 0
+    dropped: int = 0
+    compared: int = 0  # requests with a previous one to compare with
+    extended: int = 0
+    unplanned: int = 0
+
+    def add(self, event: StepEvent) -> None:
+        self.sent += event.thinking_sent
+        self.left_out += event.thinking_left_out
+        self.produced += event.thinking_produced
+        self.dropped += event.thinking_dropped
+        if event.prefix_extends is not None:
+            self.compared += 1
+            self.extended += event.prefix_extends
+            self.unplanned += not event.prefix_extends and not event.view_changed
+
+    def line(self) -> str | None:
+        if not self.produced:
+            return None
+        share = f"{self.extended}/{self.compared} requests extended the previous one exactly" if self.compared else ""
+        planned = f" ({self.unplanned} unplanned break(s))" if self.compared else ""
+        dropped = f", {self.dropped} dropped by the API (baton's check missed them)" if self.dropped else ""
+        return (f"thinking: {self.produced} block(s) produced, {self.sent} sent back valid, {self.left_out} left out "
+                f"(prefix changed){dropped}; {share}{planned}")
+
+
+@dataclass
 class AgentView:
     """What one agent's events.jsonl (and, in detail, its log and state) say."""
 
@@ -74,6 +108,7 @@ class AgentView:
     errors: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     breaker: str = "ok"
+    thinking: ThinkingTally = field(default_factory=lambda: ThinkingTally())
 
     @property
     def fallbacks(self) -> int:
@@ -93,6 +128,7 @@ def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
             view.timeline.append(StepPoint(event.step, event.iteration, event.estimated_input,
                                            measured_input(event.usage), HANDOFF_TOOL in event.tools, event.at))
             view.last_step_at = event.at
+            view.thinking.add(event)
         elif isinstance(event, CompactionRecord):
             view.compactions.append(event)
         elif isinstance(event, WarningEvent):
@@ -214,7 +250,8 @@ def status_json(root: Path) -> dict[str, Any]:
     agents = {role: {"model": view.model, "steps": view.steps, "estimated_input": view.estimated,
                      "threshold": view.threshold, "compactions": len(view.compactions), "fallbacks": view.fallbacks,
                      "breaker": view.breaker, "warnings": view.warnings, "errors": view.errors,
-                     "problems": view.problems} for role, view in snap.agents.items()}
+                     "problems": view.problems, "thinking": asdict(view.thinking)}
+              for role, view in snap.agents.items()}
     return {"scenario": root.name, "run": snap.record.model_dump(mode="json") if snap.record else None,
             "agents": agents, "models": {role: pin.model_dump(mode="json") for role, pin in snap.pins.items()},
             "spend": read_spend(root).model_dump(mode="json"), "scenario_toml_problem": toml_problem(root),

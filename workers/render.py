@@ -256,6 +256,9 @@ def status_report(root: Path) -> None:
     if problem:
         say(Text.assemble(("scenario.toml: ", "bold red"), problem))
     for view in snap.agents.values():
+        if thinking := view.thinking.line():
+            say(Text(f"{view.role} {thinking}"))
+    for view in snap.agents.values():
         for kind, entries in (("error", view.errors), ("warning", view.warnings), ("log problem", view.problems)):
             for entry in entries:
                 say(event_line(view.role, kind, entry))
