@@ -46,7 +46,7 @@ import shlex
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Any, Iterable
@@ -61,8 +61,9 @@ from common import (  # noqa: E402
     trajectory_files,
     write_section,
 )
+from prefix_stability import PrefixStats, PrefixTracker  # noqa: E402
 
-from context.assembly import Assembler, StaticPrefix  # noqa: E402
+from context.assembly import Assembler, StaticPrefix, request_body  # noqa: E402
 from context.compaction import CircuitBreaker, SummaryRequest, compact, summary_request  # noqa: E402
 from context.compaction_event import CompactionEvent  # noqa: E402
 from context.compression import archive_ref  # noqa: E402
@@ -121,6 +122,11 @@ SYNTHETIC_PLAN = [("Reproduce the failing test", "completed"), ("Find where the 
                   ("Add a regression test for empty headers", "pending"), ("Run the whole test suite", "pending"),
                   ("Summarise the change for the reviewer", "pending")]
 WITH_PLAN = {"_plan": True}  # BatonPolicy: a recap of SYNTHETIC_PLAN wherever the run has none
+
+# The request bodies the prefix measures read (bench/prefix_stability.py): model and max_tokens are not part
+# of a thinking block's prefix.
+MODEL, MAX_TOKENS = "replay", 1
+PREFIX_FIELDS = tuple(f.name for f in fields(PrefixStats) if f.name != "calls")  # Stats counts the calls
 
 MASK_TEXT = "Old tool output omitted ({n} lines)."
 CLEAR_TEXT = "[Tool result cleared to save context]"
@@ -346,12 +352,19 @@ class BatonPolicy:
         self.recap_calls = self.recap_tokens = 0
         self.summary_max = self.condensed = 0
         self.calls_since_compaction = 0
+        self.static = static
+        self.body: dict[str, Any] = {}  # the Messages API body of the last call, as the agent sends it
+        self.planned = False  # whether the engine chose to change the view at the last call
+        self._compressed = 0  # steps compressed in batches at the last call
 
     def request(self):
         a = self.assembler.assemble(self.event)
         extra: list[SummaryRequest] = []
         self.calls_since_compaction += 1
+        compressed = a.compressed_steps - a.trimmed_steps  # emergency trimming is not a planned change
+        self.planned, self._compressed = compressed > self._compressed, compressed  # a batch left the window
         if self.assembler.should_compact(a, self.event) and self._compaction_can_help():
+            self.planned = True
             self.calls_since_compaction = 0
             extra.append(summary_request(a, COMPACT_PROMPT))
             facts = self._opening_facts()
@@ -363,6 +376,11 @@ class BatonPolicy:
             shown = "\n".join(block_text(b) for m in a.messages for b in m.content)
             self.opening_facts += len(facts)
             self.opening_visible += sum(f in shown for f in facts)
+            self._compressed = a.compressed_steps - a.trimmed_steps
+        # The body as the agent sends it (the recap wherever the assembler puts it); with the synthetic plan,
+        # the assembler places that plan's recap as it would the agent's own.
+        sent = replace(a, recap=self.plan) if self.plan is not None and a.recap is None else a
+        self.body = sent.to_request(self.static, model=MODEL, max_tokens=MAX_TOKENS)
         text = a.recap if a.recap is not None else self.plan
         if text is None:
             return a.messages, a.breakpoints, extra
@@ -553,6 +571,7 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
         policies[key] = BatonPolicy(history, static, b, s, **overrides)
     caches = {k: PromptCache(static, lookback) for k in policies}
     stats = {k: Stats() for k in policies}
+    trackers = {k: PrefixTracker() for k in policies}
     needed, refs = needed_facts(static.system, msgs)
     texts = TextCache()
     last_request: dict[str, list[Message]] = {}
@@ -579,6 +598,10 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
                     st.invalid += bool(problems(req))
                     st.add(*cache.charge(req, bps))
                     last_request[key] = req
+                    body, planned = wire(pol, req, static)
+                    trackers[key].request(body, planned=planned)
+                for tracker in trackers.values():
+                    tracker.reply(m.api)
             if j in needed and last_request:
                 for key, req in last_request.items():
                     _recall(stats[key], req, needed[j], refs, texts)
@@ -592,8 +615,17 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
     return {
         "dataset": dataset, "index": index, "id": traj.get("id", str(index)), "calls": n_calls,
         "output": output_tokens, "final_tokens": history.tokens() + static.tokens,
-        "stats": {k: vars(v) for k, v in stats.items()},
+        "stats": {k: {**vars(v), **{f: getattr(trackers[k].stats, f) for f in PREFIX_FIELDS}}
+                  for k, v in stats.items()},
     }
+
+
+def wire(pol: Any, req: list[Message], static: StaticPrefix) -> tuple[dict[str, Any], bool]:
+    """The Messages API body a policy sends at this call, and whether its view changed by plan there. baton's
+    is its assembler's own (`Assembled.to_request`); the baselines send their messages as they are."""
+    if isinstance(pol, BatonPolicy):
+        return pol.body, pol.planned
+    return request_body(static, [m.api for m in req], model=MODEL, max_tokens=MAX_TOKENS), False
 
 
 def _recall(st: Stats, req: list[Message], idents: list[str], refs: dict[str, set[str]], texts: TextCache) -> None:
@@ -626,7 +658,7 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, fl
             a = agg[r["dataset"]][key]
             for f in ("calls", "input", "read", "write", "plain", "summary_input", "compactions", "needed", "visible",
                       "reachable", "invalid", *SUMMARY_FIELDS, "opening_facts", "opening_visible", "recap_calls",
-                      "recap_tokens", "condensed"):
+                      "recap_tokens", "condensed", *PREFIX_FIELDS):
                 a[f] += s[f]
             a["summary_max"] = max(a["summary_max"], s["summary_max"])
             a["cost"] += cost(s, r["output"])
@@ -799,6 +831,28 @@ def recap_rows(agg, default_key: str):
                          f"{on['input'] / max(1, on['calls']):,.0f}",
                          f"{on['cost']:.3f} ({off['cost']:.3f}: {100 * (on['cost'] / off['cost'] - 1):+.2f}%)",
                          f"{_recall_of(on):.1f} (without: {_recall_of(off):.1f})"])
+    return header, rows
+
+
+def thinking_rows(agg, order: list[tuple[str, str]], default_key: str):
+    """Per policy: prefix breaks per 100 calls (planned / unplanned) and thinking blocks that stay valid
+    (bench/prefix_stability.py), with baton's recap on, off and on every call, and at the lower thresholds."""
+    header = ["data set", "policy", "calls", "compactions", "prefix breaks per 100 calls: planned",
+              "unplanned", "all", "thinking sent back valid % (valid / sends)", "produced blocks valid at the next "
+              "call %"]
+    extra = [(f"{default_key} no recap", "(d) recap off"),
+             (f"{default_key} plan", "(d) a 6-item plan's recap every call"), ("lower", "(d) at the lower thresholds")]
+    rows = []
+    for ds in sorted(agg):
+        for key, label in [*order, *extra]:
+            a = agg[ds].get(key)
+            if not a:
+                continue
+            breaks = (a["breaks_planned"], a["breaks_unplanned"], a["breaks_planned"] + a["breaks_unplanned"])
+            rows.append([ds, label, int(a["calls"]), int(a["compactions"]),
+                         *(f"{100 * n / a['calls']:.1f}" if a["calls"] else "–" for n in breaks),
+                         f"{pct(a['valid_sends'], a['sends'])} ({int(a['valid_sends']):,} / {int(a['sends']):,})",
+                         pct(a["valid_next"], a["produced"])])
     return header, rows
 
 
@@ -976,7 +1030,10 @@ def main(argv: list[str] | None = None) -> int:
     pinning = md_table(*pinned_opening_rows(agg, default_key), "llrrrrrr")
     recaps = md_table(*recap_rows(agg, default_key), "lrrrrrr")
     caps = md_table(*cap_rows(agg, default_key), "llrrrrrrr")
+    thinking = md_table(*thinking_rows(agg, order, default_key), "ll" + "r" * 7)
     print(table)
+    print()
+    print(thinking)
     print()
     print(targets)
     print()
@@ -1059,6 +1116,29 @@ def main(argv: list[str] | None = None) -> int:
         "tokens / all input tokens (summary calls included); *x (a)*, *x (b)* = cost ratio to (a) and (b).",
         "",
         table,
+        "",
+        "### Thinking and the prefix",
+        "",
+        "Claude 5.5 binds each thinking block to its prefix (system, tools and every message before it, "
+        "`cache_control` aside): a block sent back after anything before it changed fails the prefix check "
+        "(issue 22). Measured on the request bodies each policy sends (`bench/prefix_stability.py`; baton's "
+        "is `Assembled.to_request`, the todo recap wherever the assembler puts it; the summary requests "
+        "are not counted). *Prefix breaks*: calls whose messages "
+        "do not start with the previous request's messages plus the recorded reply, exactly (canonical JSON, "
+        "`context.prefix`); the first call of a run is none. *Planned*: baton's calls where a batch left the "
+        "verbatim window compressed or the context was compacted; every other break (masking, clearing, a "
+        "per-call recap, a round folded to its opening and answer, emergency trimming) is unplanned. "
+        "Thinking: **the recorded runs hold no thinking blocks, so each reply is assumed to have carried "
+        "one at its start**, bound to the request it answered. A block is *sent back* at a later call while "
+        "its reply is still in the request (a compaction removes it), and *sent back valid* when the "
+        "request's prefix before the reply is identical to that of the call that produced it; a change "
+        "invalidates only the blocks after it that were produced before it. *Valid at the next call*: the "
+        "share of blocks still valid at the call right after the one that produced them. The recorded runs "
+        "never call TodoWrite, so baton's recap is absent from them (*recap off* is the same policy with "
+        "`todo_recap=False`); *a 6-item plan's recap every call* adds the recap of a typical plan (see "
+        "The todo recap below) to every call, placed by the assembler as it places the agent's own.",
+        "",
+        thinking,
         "",
         "### Targets",
         "",
