@@ -64,7 +64,8 @@ class PrefixTracker:
         self.stats = PrefixStats()
         self._sent: list[str] = []  # canonical messages of the last request, then its reply
         self._chain: list[str] = []  # their digests (one more than messages)
-        self._memo: dict[int, tuple[dict, str]] = {}  # id(message dict) -> (it, its canonical form)
+        # id(message dict) -> (it, its canonical form, its reply key if an assistant message)
+        self._memo: dict[int, tuple[dict, str, tuple[str, ...] | None]] = {}
         self._replies: dict[str, tuple[str, ...]] = {}  # digest a reply's block is bound to -> the reply's key
         self._keys: set[tuple[str, ...]] = set()
         self._last_bound: str | None = None  # the last reply's binding, until the next call checks it
@@ -72,7 +73,7 @@ class PrefixTracker:
     def request(self, body: dict[str, Any], *, planned: bool = False) -> None:
         """The Messages API body of the next call; `planned` if the engine chose to change the view here."""
         messages = body["messages"]
-        canon = self._canonicals(messages)
+        canon, keys = self._canonicals(messages)
         start = seed(body.get("system"), body.get("tools"))
         same = self._common(canon) if self._chain and self._chain[0] == start else 0
         if self.stats.calls and same < len(self._sent):
@@ -83,7 +84,7 @@ class PrefixTracker:
         self.stats.calls += 1
         digests = self._chain[: same + 1] if same else [start]
         digests += chain(digests[-1], canon[same:])[1:]
-        valid = self._count_sends(messages, digests)
+        valid = self._count_sends(keys, digests)
         if self._last_bound is not None:
             self.stats.produced += 1
             self.stats.valid_next += self._last_bound in valid
@@ -104,17 +105,19 @@ class PrefixTracker:
 
     # ---- helpers ---------------------------------------------------------------------
 
-    def _canonicals(self, messages: Sequence[dict[str, Any]]) -> list[str]:
-        # Unchanged messages are usually the same dict objects from call to call: canonicalise each once.
-        memo, out = {}, []
+    def _canonicals(self, messages: Sequence[dict[str, Any]]) -> tuple[list[str], list[tuple[str, ...] | None]]:
+        """The messages' canonical forms and reply keys (None for user messages)."""
+        # Unchanged messages are usually the same dict objects from call to call: read each once.
+        memo, canon, keys = {}, [], []
         for m in messages:
             hit = self._memo.get(id(m))
             if hit is None or hit[0] is not m:
-                hit = (m, canonical_message(m))
+                hit = (m, canonical_message(m), reply_key(m) if m["role"] == "assistant" else None)
             memo[id(m)] = hit
-            out.append(hit[1])
+            canon.append(hit[1])
+            keys.append(hit[2])
         self._memo = memo  # only the last request's: nothing older is kept alive
-        return out
+        return canon, keys
 
     def _common(self, canon: list[str]) -> int:
         """How many leading messages `canon` shares with the last request plus its reply."""
@@ -125,14 +128,11 @@ class PrefixTracker:
             n += 1
         return n
 
-    def _count_sends(self, messages: Sequence[dict[str, Any]], digests: list[str]) -> set[str]:
+    def _count_sends(self, keys: list[tuple[str, ...] | None], digests: list[str]) -> set[str]:
         """Count the earlier replies in this request and those sent valid; returns the valid ones' bindings."""
         valid: set[str] = set()
-        for i, m in enumerate(messages):
-            if m["role"] != "assistant":
-                continue
-            key = reply_key(m)
-            if key not in self._keys:
+        for i, key in enumerate(keys):
+            if key is None or key not in self._keys:
                 continue  # not a reply of this conversation (a summary)
             self.stats.sends += 1
             if self._replies.get(digests[i]) == key:
