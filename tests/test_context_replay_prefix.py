@@ -3,29 +3,17 @@ so they hold whatever the assembler does with the recap (issue 22 item 8)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.bench_scripts import load_bench
 from tests.synthetic_trajectories import write_synthetic
 
-REPO = Path(__file__).resolve().parent.parent
 BASELINES = ("none", "mask", "mask_1bp", "clear")
-
-
-def _load_replay():
-    spec = importlib.util.spec_from_file_location("bench_context_replay", REPO / "bench" / "context_replay.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
-    replay = _load_replay()
+    replay = load_bench("context_replay")
     folder = write_synthetic(tmp_path_factory.mktemp("runs"), runs=1)
     results = []
     for path in replay.trajectory_files(folder):

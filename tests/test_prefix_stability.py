@@ -4,17 +4,12 @@ construction (issue 22 item 8)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("bench_prefix_stability", REPO / "bench" / "prefix_stability.py")
-prefix_stability = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = prefix_stability  # dataclasses look their module up there
-spec.loader.exec_module(prefix_stability)
+from tests.bench_scripts import load_bench
+
+prefix_stability = load_bench("prefix_stability")
 PrefixTracker = prefix_stability.PrefixTracker
 
 SYSTEM = "You are a careful agent."
