@@ -46,7 +46,7 @@ import shlex
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Any, Iterable
@@ -61,8 +61,9 @@ from common import (  # noqa: E402
     trajectory_files,
     write_section,
 )
+from prefix_stability import PrefixStats, PrefixTracker  # noqa: E402
 
-from context.assembly import Assembler, StaticPrefix  # noqa: E402
+from context.assembly import Assembler, StaticPrefix, request_body  # noqa: E402
 from context.compaction import CircuitBreaker, SummaryRequest, compact, summary_request  # noqa: E402
 from context.compaction_event import CompactionEvent  # noqa: E402
 from context.compression import archive_ref  # noqa: E402
@@ -121,6 +122,11 @@ SYNTHETIC_PLAN = [("Reproduce the failing test", "completed"), ("Find where the 
                   ("Add a regression test for empty headers", "pending"), ("Run the whole test suite", "pending"),
                   ("Summarise the change for the reviewer", "pending")]
 WITH_PLAN = {"_plan": True}  # BatonPolicy: a recap of SYNTHETIC_PLAN wherever the run has none
+
+# The request bodies the prefix measures read (bench/prefix_stability.py): model and max_tokens are not part
+# of a thinking block's prefix.
+MODEL, MAX_TOKENS = "replay", 1
+PREFIX_FIELDS = tuple(f.name for f in fields(PrefixStats) if f.name != "calls")  # Stats counts the calls
 
 MASK_TEXT = "Old tool output omitted ({n} lines)."
 CLEAR_TEXT = "[Tool result cleared to save context]"
@@ -218,7 +224,7 @@ class Stats:
     # facts (identifiers) of the latest opening at each compaction, and those visible in the request after it
     opening_facts: int = 0
     opening_visible: int = 0
-    # calls that ended with the todo recap (context.todo_recap), and its tokens in all of them
+    # todo recap notes appended to the log (context.todo_recap), and their tokens
     recap_calls: int = 0
     recap_tokens: int = 0
     summary_max: int = 0  # the largest summary of the run, in tokens (context.summary_cap)
@@ -338,7 +344,10 @@ class BatonPolicy:
         settings = {"window": WINDOW, "threshold": THRESHOLD, "keep_last_steps": KEEP_STEPS, "batch": batch,
                     "start_tokens": start, "payback_calls": PAYBACK, **overrides}
         self.policy = Policy(**settings)
-        self.history = history
+        # With the synthetic plan the policy keeps its own log: the recap is a message the step appends to
+        # the agent's log (agents/step.py, context.todo_recap), so this policy's log differs from the run's.
+        self.history = History(redact=False) if self.plan is not None else history
+        self._steps_since_recap = 0
         self.assembler = Assembler(history, self.policy, agent=AGENT, static=static)
         self.event: CompactionEvent | None = None
         self.breaker = CircuitBreaker()
@@ -346,12 +355,19 @@ class BatonPolicy:
         self.recap_calls = self.recap_tokens = 0
         self.summary_max = self.condensed = 0
         self.calls_since_compaction = 0
+        self.static = static
+        self.body: dict[str, Any] = {}  # the Messages API body of the last call, as the agent sends it
+        self.planned = False  # whether the engine chose to change the view at the last call
+        self._compressed = 0  # steps compressed in batches at the last call
 
     def request(self):
         a = self.assembler.assemble(self.event)
         extra: list[SummaryRequest] = []
         self.calls_since_compaction += 1
+        compressed = a.compressed_steps - a.trimmed_steps  # emergency trimming is not a planned change
+        self.planned, self._compressed = compressed > self._compressed, compressed  # a batch left the window
         if self.assembler.should_compact(a, self.event) and self._compaction_can_help():
+            self.planned = True
             self.calls_since_compaction = 0
             extra.append(summary_request(a, COMPACT_PROMPT))
             facts = self._opening_facts()
@@ -363,15 +379,26 @@ class BatonPolicy:
             shown = "\n".join(block_text(b) for m in a.messages for b in m.content)
             self.opening_facts += len(facts)
             self.opening_visible += sum(f in shown for f in facts)
-        text = a.recap if a.recap is not None else self.plan
-        if text is None:
-            return a.messages, a.breakpoints, extra
-        # The recap goes after the last breakpoint (Assembled.to_request): priced as a trailing message
-        # that no breakpoint covers, so it is plain input on every call and never moves the cache.
-        recap = Message(role="user", content=(TextBlock(text=text),))
-        self.recap_calls += 1
-        self.recap_tokens += recap.tokens
-        return [*a.messages, recap], a.breakpoints, extra
+            self._compressed = a.compressed_steps - a.trimmed_steps
+        # The body as the agent sends it; a recap is a message of the log, where the step appended it.
+        self.body = a.to_request(self.static, model=MODEL, max_tokens=MAX_TOKENS)
+        return a.messages, a.breakpoints, extra
+
+    def observe(self, message: Message) -> None:
+        """A recorded message joined the run's log. With the synthetic plan this policy keeps its own log and
+        appends the plan's recap after a step's results once the plan has been out of view for
+        ``recap_every_steps`` steps, as the step does (the recorded runs never call TodoWrite)."""
+        if self.plan is None:
+            return
+        self.history.append(message)
+        if message.role == "assistant":
+            self._steps_since_recap += 1
+        elif self._steps_since_recap >= self.policy.recap_every_steps:
+            recap = Message(role="user", content=(TextBlock(text=self.plan),))
+            self.history.append(recap)
+            self.recap_calls += 1
+            self.recap_tokens += recap.tokens
+            self._steps_since_recap = 0
 
     def _compaction_can_help(self) -> bool:
         """As the agents' step decides (agents/step.py): after a compaction that left the context over the
@@ -553,6 +580,7 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
         policies[key] = BatonPolicy(history, static, b, s, **overrides)
     caches = {k: PromptCache(static, lookback) for k in policies}
     stats = {k: Stats() for k in policies}
+    trackers = {k: PrefixTracker() for k in policies}
     needed, refs = needed_facts(static.system, msgs)
     texts = TextCache()
     last_request: dict[str, list[Message]] = {}
@@ -579,10 +607,17 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
                     st.invalid += bool(problems(req))
                     st.add(*cache.charge(req, bps))
                     last_request[key] = req
+                    body, planned = wire(pol, req, static)
+                    trackers[key].request(body, planned=planned)
+                for tracker in trackers.values():
+                    tracker.reply(m.api)
             if j in needed and last_request:
                 for key, req in last_request.items():
                     _recall(stats[key], req, needed[j], refs, texts)
         history.append(m)
+        for pol in policies.values():
+            if isinstance(pol, BatonPolicy):
+                pol.observe(m)
     for key, pol in policies.items():
         if isinstance(pol, BatonPolicy):
             stats[key].opening_facts, stats[key].opening_visible = pol.opening_facts, pol.opening_visible
@@ -592,8 +627,17 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
     return {
         "dataset": dataset, "index": index, "id": traj.get("id", str(index)), "calls": n_calls,
         "output": output_tokens, "final_tokens": history.tokens() + static.tokens,
-        "stats": {k: vars(v) for k, v in stats.items()},
+        "stats": {k: {**vars(v), **{f: getattr(trackers[k].stats, f) for f in PREFIX_FIELDS}}
+                  for k, v in stats.items()},
     }
+
+
+def wire(pol: Any, req: list[Message], static: StaticPrefix) -> tuple[dict[str, Any], bool]:
+    """The Messages API body a policy sends at this call, and whether its view changed by plan there. baton's
+    is its assembler's own (`Assembled.to_request`); the baselines send their messages as they are."""
+    if isinstance(pol, BatonPolicy):
+        return pol.body, pol.planned
+    return request_body(static, [m.api for m in req], model=MODEL, max_tokens=MAX_TOKENS), False
 
 
 def _recall(st: Stats, req: list[Message], idents: list[str], refs: dict[str, set[str]], texts: TextCache) -> None:
@@ -626,7 +670,7 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, fl
             a = agg[r["dataset"]][key]
             for f in ("calls", "input", "read", "write", "plain", "summary_input", "compactions", "needed", "visible",
                       "reachable", "invalid", *SUMMARY_FIELDS, "opening_facts", "opening_visible", "recap_calls",
-                      "recap_tokens", "condensed"):
+                      "recap_tokens", "condensed", *PREFIX_FIELDS):
                 a[f] += s[f]
             a["summary_max"] = max(a["summary_max"], s["summary_max"])
             a["cost"] += cost(s, r["output"])
@@ -784,13 +828,14 @@ def pinned_opening_rows(agg, default_key: str):
 
 def recap_rows(agg, default_key: str):
     """The todo recap's cost and effect: policy (d) without it, as recorded (with the recap wherever the run
-    kept a plan), and with a recap of SYNTHETIC_PLAN on every call."""
-    header = ["data set", "recap", "calls with a recap", "recap tokens per such call", "mean input per call",
+    kept a plan), and with a recap note of SYNTHETIC_PLAN every recap_every_steps steps."""
+    header = ["data set", "recap", "recap notes appended / calls", "tokens per note", "mean input per call",
               "cost $ (without recap: change)", "needed-fact recall % (visible + reachable)"]
     rows = []
     for ds in sorted(agg):
         off = agg[ds].get(f"{default_key} no recap")
-        for label, key in (("as recorded", default_key), ("a 6-item plan on every call", f"{default_key} plan")):
+        plan = ("a 6-item plan, a note every 8 steps", f"{default_key} plan")
+        for label, key in (("as recorded", default_key), plan):
             on = agg[ds].get(key)
             if not on or not off:
                 continue
@@ -799,6 +844,29 @@ def recap_rows(agg, default_key: str):
                          f"{on['input'] / max(1, on['calls']):,.0f}",
                          f"{on['cost']:.3f} ({off['cost']:.3f}: {100 * (on['cost'] / off['cost'] - 1):+.2f}%)",
                          f"{_recall_of(on):.1f} (without: {_recall_of(off):.1f})"])
+    return header, rows
+
+
+def thinking_rows(agg, order: list[tuple[str, str]], default_key: str):
+    """Per policy: prefix breaks per 100 calls (planned / unplanned) and thinking blocks that stay valid
+    (bench/prefix_stability.py), with baton's recap on, off and a plan's recap notes, and at the lower thresholds."""
+    header = ["data set", "policy", "calls", "compactions", "prefix breaks per 100 calls: planned",
+              "unplanned", "all", "thinking sent back valid % (valid / sends)", "produced blocks valid at the next "
+              "call %"]
+    extra = [(f"{default_key} no recap", "(d) recap off"),
+             (f"{default_key} plan", "(d) a 6-item plan's recap note every 8 steps"),
+             ("lower", "(d) at the lower thresholds")]
+    rows = []
+    for ds in sorted(agg):
+        for key, label in [*order, *extra]:
+            a = agg[ds].get(key)
+            if not a:
+                continue
+            breaks = (a["breaks_planned"], a["breaks_unplanned"], a["breaks_planned"] + a["breaks_unplanned"])
+            rows.append([ds, label, int(a["calls"]), int(a["compactions"]),
+                         *(f"{100 * n / a['calls']:.1f}" if a["calls"] else "–" for n in breaks),
+                         f"{pct(a['valid_sends'], a['sends'])} ({int(a['valid_sends']):,} / {int(a['sends']):,})",
+                         pct(a["valid_next"], a["produced"])])
     return header, rows
 
 
@@ -976,7 +1044,10 @@ def main(argv: list[str] | None = None) -> int:
     pinning = md_table(*pinned_opening_rows(agg, default_key), "llrrrrrr")
     recaps = md_table(*recap_rows(agg, default_key), "lrrrrrr")
     caps = md_table(*cap_rows(agg, default_key), "llrrrrrrr")
+    thinking = md_table(*thinking_rows(agg, order, default_key), "ll" + "r" * 7)
     print(table)
+    print()
+    print(thinking)
     print()
     print(targets)
     print()
@@ -1060,6 +1131,29 @@ def main(argv: list[str] | None = None) -> int:
         "",
         table,
         "",
+        "### Thinking and the prefix",
+        "",
+        "Claude 5.5 binds each thinking block to its prefix (system, tools and every message before it, "
+        "`cache_control` aside): a block sent back after anything before it changed fails the prefix check "
+        "(issue 22). Measured on the request bodies each policy sends (`bench/prefix_stability.py`; baton's "
+        "is `Assembled.to_request`, the todo recap wherever the assembler puts it; the summary requests "
+        "are not counted). *Prefix breaks*: calls whose messages "
+        "do not start with the previous request's messages plus the recorded reply, exactly (canonical JSON, "
+        "`bench/request_prefix.py`); the first call of a run is none. *Planned*: baton's calls where a batch left the "
+        "verbatim window compressed or the context was compacted; every other break (masking, clearing, a "
+        "per-call recap, a round folded to its opening and answer, emergency trimming) is unplanned. "
+        "Thinking: **the recorded runs hold no thinking blocks, so each reply is assumed to have carried "
+        "one at its start**, bound to the request it answered. A block is *sent back* at a later call while "
+        "its reply is still in the request (a compaction removes it), and *sent back valid* when the "
+        "request's prefix before the reply is identical to that of the call that produced it; a change "
+        "invalidates only the blocks after it that were produced before it. *Valid at the next call*: the "
+        "share of blocks still valid at the call right after the one that produced them. The recorded runs "
+        "never call TodoWrite, so baton's recap is absent from them (*recap off* is the same policy with "
+        "`todo_recap=False`); *a 6-item plan's recap note every 8 steps* appends the recap of a typical plan "
+        "to the log after a step's results, as the step does (see The todo recap below).",
+        "",
+        thinking,
+        "",
         "### Targets",
         "",
         targets,
@@ -1089,13 +1183,14 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "### The todo recap",
         "",
-        "baton ends every request with the agent's current TodoWrite list (`context.todo_recap`: open items "
-        "first, a line each, at most 12, then the count of completed ones), after the last cache breakpoint, so "
-        "it is plain input on each call and moves no cached prefix. None of the recorded runs calls TodoWrite, "
-        "so *as recorded* the recap never appears and costs nothing; *a 6-item plan on every call* prices the "
-        "same replay with the recap of a typical plan (two items done, one in progress, three to do) added to "
-        "every call, the most a recap of that size can cost. *cost* is the whole replay of policy (d); the change "
-        "is against the same policy without a recap; *needed-fact recall* as in the main table.",
+        "baton brings the agent's current TodoWrite list back into view (`context.todo_recap`: open items "
+        "first, a line each, at most 12, then the count of completed ones) as a new message appended to the log "
+        "after a step's results, once the plan has been out of view for `recap_every_steps` (8) steps: never an "
+        "edit of an earlier message, so the prefix and the thinking after it stay valid. None of the recorded runs "
+        "calls TodoWrite, so *as recorded* the recap never appears and costs nothing; *a 6-item plan* prices the "
+        "same replay with the recap of a typical plan (two items done, one in progress, three to do) appended "
+        "every 8 steps. *cost* is the whole replay of policy (d); the change is against the same policy without "
+        "a recap; *needed-fact recall* as in the main table.",
         "",
         recaps,
         "",

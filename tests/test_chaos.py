@@ -8,12 +8,12 @@ lost, and every file equal to an undisturbed run's (clocks, usage and estimates 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench_scripts import load_bench
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,11 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def load_chaos():
-    spec = importlib.util.spec_from_file_location("bench_chaos", REPO / "bench" / "chaos.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file is executed
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("chaos")
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None,

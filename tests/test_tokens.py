@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +28,7 @@ from context.tokens import (
     message_counts,
     split_counts,
 )
+from tests.bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAJECTORIES = ROOT.parent / "shared" / "trajectories"
@@ -383,11 +382,7 @@ def test_old_one_factor_state_is_migrated():
 
 
 def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_token_estimate", ROOT / "bench" / "token_estimate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("token_estimate")
 
 
 @pytest.mark.skipif(not (TRAJECTORIES / "claude-code.jsonl.gz").exists(), reason="trajectories not available")
