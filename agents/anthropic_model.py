@@ -87,7 +87,8 @@ class MissingApiKey(ModelError):
 # The longest retry-after a call without a deadline (a step) waits for. A step waiting holds a worker thread and
 # its agent's lock; rate limits refill within a minute, so a longer ask means an outage or a spending limit, which
 # a run resumed later (`baton resume`) gets over better than a worker sleeping. 15 minutes still covers the
-# multi-minute waits the API asks for under heavy load.
+# multi-minute waits the API asks for under heavy load, and 5 retries of it (75 minutes) stay well inside the
+# broker's 4-hour visibility timeout (workers/app.py), so no other worker takes the step meanwhile.
 MAX_RETRY_AFTER_S = 900.0
 
 

@@ -16,8 +16,8 @@
 
 A fault applies to a request whose raw JSON body contains ``match`` (any request when
 it is omitted); each one serves ``count`` requests, in the order they were queued.
-Transport faults (429, 529, 5xx, stalls, malformed bodies) are AgentBreak's (docs/fake-api.md); the
-steady wait of a real model is ``latency``.
+Transport faults (stalls, malformed bodies, error schedules) are AgentBreak's (docs/fake-api.md); an
+``api_error`` is here only for the headers AgentBreak does not send. The steady wait of a real model is ``latency``.
 """
 
 from __future__ import annotations
