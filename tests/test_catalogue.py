@@ -7,7 +7,6 @@ import threading
 from collections.abc import Iterator
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -17,8 +16,8 @@ from agents.catalogue import CatalogueEntry, CatalogueError, apply_pin, resolve
 from agents.config import AgentConfig
 from agents.disk import AgentDisk
 from agents.models import ModelRequest, ModelResponse
-from scenarios.run import RunRecord, load_run, save_run
-from tests.agent_run import copy_example
+from scenarios.run import load_run
+from tests.agent_run import started_example
 from workers.cli import cli
 from workers.loop import Team
 
@@ -148,16 +147,8 @@ class _RealLabel:
         raise AssertionError("no step should run")
 
 
-def _run(tmp_path: Path, toml_extra: str = "") -> Path:
-    root = copy_example(tmp_path)
-    if toml_extra:
-        (root / "scenario.toml").write_text((root / "scenario.toml").read_text() + toml_extra)
-    save_run(root, RunRecord(scenario=root.name))
-    return root
-
-
 def test_a_run_resolves_its_lines_once_and_keeps_them(tmp_path, catalogue_url):
-    root = _run(tmp_path)
+    root = started_example(tmp_path)
     env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": catalogue_url}
     team = Team(root, model=_RealLabel(), env=env)
     assert team["init"].config.model.name == "claude-opus-5-5"
@@ -177,7 +168,7 @@ def test_a_run_resolves_its_lines_once_and_keeps_them(tmp_path, catalogue_url):
 
 
 def test_a_deprecated_model_warns_in_the_events_and_status(tmp_path, catalogue_url):
-    root = _run(tmp_path, '\n[agents.execute]\nmodel = "claude-sonnet-4-5"\n')
+    root = started_example(tmp_path, '\n[agents.execute]\nmodel = "claude-sonnet-4-5"\n')
     env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": catalogue_url}
     team = Team(root, model=_RealLabel(), env=env)
     assert team["execute"].config.context.window == 200_000  # the model's real window
@@ -189,7 +180,7 @@ def test_a_deprecated_model_warns_in_the_events_and_status(tmp_path, catalogue_u
 
 
 def test_a_retired_model_stops_the_run_before_any_step(tmp_path, catalogue_url):
-    root = _run(tmp_path, '\n[agents.init]\nmodel = "claude-opus-4-1"\n')
+    root = started_example(tmp_path, '\n[agents.init]\nmodel = "claude-opus-4-1"\n')
     env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": catalogue_url}
     with pytest.raises(CatalogueError, match="claude-opus-4-1 was retired on 2026-06-05.*'claude-opus-5-5'"):
         Team(root, model=_RealLabel(), env=env)
@@ -197,6 +188,6 @@ def test_a_retired_model_stops_the_run_before_any_step(tmp_path, catalogue_url):
 
 
 def test_offline_nothing_is_resolved(tmp_path):
-    root = _run(tmp_path)
+    root = started_example(tmp_path)
     team = Team(root, env={})
     assert team["init"].config.model.name == "opus" and load_run(root).models == {}

@@ -16,21 +16,13 @@ import pytest
 from agents.catalogue import CatalogueError
 from agents.disk import AgentDisk
 from scenarios.run import RunRecord, load_run, save_run
-from tests.agent_run import copy_example
+from tests.agent_run import started_example
 from tests.fake_api_support import KEY, serving, stats
 from workers.fake_api.catalogue import DEFAULT_MODELS, Catalogue
 from workers.fake_api.server import FakeApi
 from workers.loop import Team
 
 UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "BATON_PROFILE", "BATON_SCENARIOS_DIR", "ANTHROPIC_AUTH_TOKEN")
-
-
-def _run(tmp_path: Path, toml_extra: str = "") -> Path:
-    root = copy_example(tmp_path)
-    if toml_extra:
-        (root / "scenario.toml").write_text((root / "scenario.toml").read_text() + toml_extra)
-    save_run(root, RunRecord(scenario=root.name))
-    return root
 
 
 def _set_execute_model(root: Path, model: str) -> None:
@@ -47,7 +39,7 @@ def _sonnet_4_5_retired() -> Catalogue:
 
 
 def test_a_setting_naming_a_retired_model_says_when_it_retired(tmp_path):
-    root = _run(tmp_path, '\n[agents.init]\nmodel = "claude-opus-4-1"\n')
+    root = started_example(tmp_path, '\n[agents.init]\nmodel = "claude-opus-4-1"\n')
     with serving(FakeApi()) as api:
         env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": api.url}
         with pytest.raises(CatalogueError) as refused:
@@ -61,7 +53,7 @@ def test_a_setting_naming_a_retired_model_says_when_it_retired(tmp_path):
 
 
 def test_baton_run_refuses_a_retired_model_before_its_first_step(tmp_path):
-    root = _run(tmp_path, '\n[agents.init]\nmodel = "claude-opus-4-1"\n')
+    root = started_example(tmp_path, '\n[agents.init]\nmodel = "claude-opus-4-1"\n')
     (root / "run.json").unlink()  # a fresh scenario: `baton run` starts it
     with serving(FakeApi()) as api:
         env = {name: value for name, value in os.environ.items() if name not in UNSET}
@@ -78,7 +70,7 @@ def test_baton_run_refuses_a_retired_model_before_its_first_step(tmp_path):
 
 
 def test_a_pinned_model_that_retired_since_stops_the_run_until_another_is_named(tmp_path):
-    root = _run(tmp_path, '\n[agents.execute]\nmodel = "claude-sonnet-4-5"\n')
+    root = started_example(tmp_path, '\n[agents.execute]\nmodel = "claude-sonnet-4-5"\n')
     with serving(FakeApi()) as api:  # November: Sonnet 4.5 is deprecated, still callable, and gets pinned
         Team(root, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": api.url})
     assert load_run(root).models["execute"]["id"] == "claude-sonnet-4-5"
@@ -104,7 +96,7 @@ def test_a_pinned_model_that_retired_since_stops_the_run_until_another_is_named(
 
 
 def test_a_line_pinned_to_a_model_that_retired_asks_for_an_id(tmp_path):
-    root = _run(tmp_path)
+    root = started_example(tmp_path)
     pin = {"asked": "sonnet", "id": "claude-sonnet-4-5", "line": "sonnet", "max_input_tokens": 200_000}
     save_run(root, RunRecord(scenario=root.name, models={"execute": pin}))
     with serving(FakeApi(catalogue=_sonnet_4_5_retired())) as api:
