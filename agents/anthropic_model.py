@@ -483,7 +483,8 @@ def _out_of_time(request: ModelRequest, failure: _Failure | None, attempts: int)
 
 def _no_room(request: ModelRequest, failure: _Failure, attempts: int, delay: float, room: float) -> ModelUnavailable:
     """The wait before the next attempt does not fit: the deadline's room, or the longest wait of a step."""
-    if failure.retry_after is None:  # baton's own backoff: only a deadline can be too short for it
+    # baton's own backoff (no usable retry-after): only a deadline can be too short for it.
+    if failure.retry_after is None or not math.isfinite(failure.retry_after):
         return _out_of_time(request, failure, attempts)
     error = _unavailable(failure, attempts)
     limit = (f"the {request.deadline_s:g}s deadline of this {request.purpose} call leaves {max(room, 0):.0f}s"

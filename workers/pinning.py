@@ -33,6 +33,7 @@ from agents.catalogue import (
     retired,
 )
 from agents.config import AgentConfig
+from agents.disk import AgentDisk
 from agents.events import WarningEvent, append_event
 from agents.models import API_KEY_ENV, Model, ModelError
 from scenarios.run import RunRecord, claim_run, load_run, save_run
@@ -68,9 +69,11 @@ def pin_models(root: Path, configs: Mapping[str, AgentConfig], models: Mapping[s
         pins[role] = resolve(configs[role].model.name, catalogue)
         log.info("%s agent: model %r is %s", role, pins[role].asked, pins[role].id)
         notes = [f"{replaced[role]}; the agent goes on on {pins[role].id}"] if role in replaced else []
+        # A model changed halfway is recorded where it happened: after the agent's last finished step.
+        after = AgentDisk.load(root, role).due() - 1 if role in replaced else 0  # type: ignore[arg-type]
         for note in [*notes, *([pins[role].warning] if pins[role].warning else [])]:
             log.warning("%s agent: %s", role, note)
-            append_event(Layout(root).events(role), WarningEvent(after_step=0, reason=note))
+            append_event(Layout(root).events(role), WarningEvent(after_step=after, reason=note))
     _save(root, pins)
     return pins
 
