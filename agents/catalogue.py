@@ -109,7 +109,7 @@ def resolve(asked: str, entries: list[CatalogueEntry]) -> PinnedModel:
 
 
 def retired(entry: CatalogueEntry) -> str:
-    """"<id> was retired on <date>", from the catalogue's ``retires_at``."""
+    """The words "<id> was retired on <date>", the date from the catalogue's ``retires_at``."""
     when = f" on {entry.retires_at.date().isoformat()}" if entry.retires_at else ""
     return f"{entry.id} was retired{when}"
 
