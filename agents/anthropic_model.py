@@ -7,6 +7,11 @@ and ends in one of the typed errors of ``agents.models``:
 - 429, 529, other 5xx, 408, timeouts, connection errors: retried with
   exponential backoff and jitter (or the server's ``retry-after``), then
   ``ModelUnavailable``;
+- a server's ``x-should-retry`` wins, as in the SDK: ``true`` retries any error,
+  ``false`` makes a retryable one final (``ModelUnavailable`` at once);
+- a ``retry-after`` is waited in full, however long, if the call has room for it
+  (its deadline, else ``max_retry_after_s``); otherwise ``ModelUnavailable`` at once,
+  saying how long the server asked to wait;
 - 400 "prompt is too long" and 413: ``PromptTooLong`` at once (compaction fixes it);
 - any other 4xx: ``ModelError`` at once (retrying cannot fix it);
 - a 200 whose body is not a Messages response: ``BadResponse``.
@@ -85,6 +90,14 @@ class MissingApiKey(ModelError):
     """No API key: the real model cannot be used on this machine."""
 
 
+# The longest retry-after a call without a deadline (a step) waits for. A step waiting holds a worker thread and
+# its agent's lock; rate limits refill within a minute, so a longer ask means an outage or a spending limit, which
+# a run resumed later (`baton resume`) gets over better than a worker sleeping. 15 minutes still covers the
+# multi-minute waits the API asks for under heavy load, and 5 retries of it (75 minutes) stay well inside the
+# broker's 4-hour visibility timeout (workers/app.py), so no other worker takes the step meanwhile.
+MAX_RETRY_AFTER_S = 900.0
+
+
 @dataclass(frozen=True)
 class _Failure:
     """One failed attempt, described without the SDK exception (which holds the key)."""
@@ -129,6 +142,7 @@ class AnthropicModel:
         max_retries: int = 5,
         base_delay_s: float = 1.0,
         max_delay_s: float = 60.0,
+        max_retry_after_s: float = MAX_RETRY_AFTER_S,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
@@ -145,7 +159,8 @@ class AnthropicModel:
         self._base_url = base_url
         self.max_retries = max_retries
         self.base_delay_s = base_delay_s
-        self.max_delay_s = max_delay_s
+        self.max_delay_s = max_delay_s  # of baton's own backoff; a server's retry-after is not capped by it
+        self.max_retry_after_s = max_retry_after_s
         self._sleep = sleep
         self._clock = clock
         self._rng = rng or random.Random()
@@ -178,8 +193,10 @@ class AnthropicModel:
             if attempt + 1 == attempts:
                 break
             delay = self._delay(attempt, failure.retry_after)
-            if deadline is not None and self._clock() + delay + MIN_ATTEMPT_S > deadline:
-                raise _out_of_time(request, failure, attempt + 1)
+            # Room to wait: what the deadline leaves for the wait and one more attempt, else the longest wait.
+            room = self.max_retry_after_s if deadline is None else deadline - self._clock() - MIN_ATTEMPT_S
+            if delay > room:
+                raise _no_room(request, failure, attempt + 1, delay, room)
             log.warning(
                 "anthropic call failed (%s); attempt %d/%d, retrying in %.2fs",
                 failure.description, attempt + 1, attempts, delay,
@@ -251,8 +268,17 @@ class AnthropicModel:
         message = self._scrub(_api_message(err))
         error_type = err.type if isinstance(err.type, str) else None
         description = f"HTTP {status}" + (f" {error_type}" if error_type else "") + f": {message}"
-        if status in RETRYABLE_STATUS or status >= 500:
+        retryable = status in RETRYABLE_STATUS or status >= 500
+        # The server's own word wins either way, as in the SDK (_base_client.py, _should_retry).
+        should_retry = err.response.headers.get("x-should-retry")
+        if should_retry == "true" or (retryable and should_retry != "false"):
+            if should_retry == "true" and not retryable:
+                description += " (x-should-retry: true)"
             return _Failure(description, status, error_type, err.request_id, retry_after_s(err.response.headers))
+        if retryable:  # x-should-retry: false
+            unavailable = ModelUnavailable(f"Anthropic API unavailable ({description}); the server said not to "
+                                           "retry (x-should-retry: false)")
+            return _tag(unavailable, status=status, error_type=error_type, request_id=err.request_id, attempts=1)
         if status == 413 or (status == 400 and _is_too_long(message)):
             error: ModelError = PromptTooLong(f"Anthropic API: prompt too long ({description})")
         elif status == 400 and THINKING_REFUSED in message:
@@ -275,9 +301,10 @@ class AnthropicModel:
         )
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        """The server's retry-after if given, else exponential backoff with jitter; capped."""
+        """The server's retry-after if given, in full (``create`` checks there is room for it), else
+        exponential backoff with jitter, capped at ``max_delay_s``."""
         if retry_after is not None and math.isfinite(retry_after):
-            return min(max(retry_after, 0.0), self.max_delay_s)
+            return max(retry_after, 0.0)
         ceiling = min(self.max_delay_s, self.base_delay_s * 2**attempt)
         # Jitter spreads retries of many workers apart; the 0.5 floor keeps the backoff real.
         return ceiling * self._rng.uniform(0.5, 1.0)
@@ -464,6 +491,19 @@ def _out_of_time(request: ModelRequest, failure: _Failure | None, attempts: int)
     error = _unavailable(failure or _Failure("not called"), attempts)
     error.args = (f"{error.args[0]}; the {request.deadline_s:g}s deadline of this {request.purpose} call "
                   "leaves no time for another attempt",)
+    return error
+
+
+def _no_room(request: ModelRequest, failure: _Failure, attempts: int, delay: float, room: float) -> ModelUnavailable:
+    """The wait before the next attempt does not fit: the deadline's room, or the longest wait of a step."""
+    # baton's own backoff (no usable retry-after): only a deadline can be too short for it.
+    if failure.retry_after is None or not math.isfinite(failure.retry_after):
+        return _out_of_time(request, failure, attempts)
+    error = _unavailable(failure, attempts)
+    limit = (f"the {request.deadline_s:g}s deadline of this {request.purpose} call leaves {max(room, 0):.0f}s"
+             if request.deadline_s is not None else f"a call without a deadline waits at most {room:.0f}s")
+    error.args = (f"{error.args[0]}; the server asked to wait {delay:.0f}s before retrying (retry-after), and "
+                  f"{limit}: try again later",)
     return error
 
 

@@ -9,6 +9,10 @@ with the threshold scaled by the same ratio, and the output per step at its
 resumed run never changes model. No model list is kept in code: the catalogue
 decides what exists, what is deprecated and what is retired (docs/agents.md,
 "Choosing the model").
+
+The Models API leaves retired models out of a listing unless its ``lifecycle``
+filter asks for them, so baton asks for all three stages: a retired id is then
+refused as "retired on <date>", not as unknown.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from agents.config import AgentConfig
 from agents.models import ModelError
 
 Lifecycle = Literal["active", "deprecated", "retired"]
+EVERY_STAGE: list[Lifecycle] = ["active", "deprecated", "retired"]
 
 
 class CatalogueError(ModelError):
@@ -65,9 +70,11 @@ class PinnedModel(BaseModel):
         return f"model {self.id} is deprecated and {when}; set model = {self.line or '<id>'!r} to run on {line}"
 
 
-def fetch_catalogue(client: Any) -> list[CatalogueEntry]:
-    """Every model of the catalogue, through the SDK's auto-paginating ``models.list()``."""
-    return [CatalogueEntry.model_validate(info.model_dump()) for info in client.models.list()]
+def fetch_catalogue(client: Any, stages: list[Lifecycle] = EVERY_STAGE) -> list[CatalogueEntry]:
+    """The catalogue's models in ``stages`` (retired ones too by default), through the SDK's auto-paginating
+    ``models.list()`` (``GET /v1/models?lifecycle[]=...``)."""
+    listed = (CatalogueEntry.model_validate(info.model_dump()) for info in client.models.list(lifecycle=stages))
+    return [entry for entry in listed if entry.lifecycle in stages]  # a server that ignores the filter
 
 
 def current_models(entries: Iterable[CatalogueEntry]) -> dict[str, CatalogueEntry]:
@@ -97,11 +104,24 @@ def resolve(asked: str, entries: list[CatalogueEntry]) -> PinnedModel:
                                  f"choose another line or an id. {_offer(current)}")
         raise CatalogueError(f"unknown model {asked!r}: the Models API does not list it. {_offer(current)}")
     if entry.lifecycle == "retired":
-        instead = current.get(entry.line or "")
-        hint = f"use {instead.id} (the {entry.line} line's current model), or model = {entry.line!r}" if instead \
-            else _offer(current)
-        raise CatalogueError(f"model {asked} is retired and can no longer be called; {hint}")
+        raise CatalogueError(f"{retired(entry)} and can no longer be called; {instead_of(entry, current)}")
     return _pin(asked, entry)
+
+
+def retired(entry: CatalogueEntry) -> str:
+    """The words "<id> was retired on <date>", the date from the catalogue's ``retires_at``."""
+    when = f" on {entry.retires_at.date().isoformat()}" if entry.retires_at else ""
+    return f"{entry.id} was retired{when}"
+
+
+def instead_of(entry: CatalogueEntry, current: dict[str, CatalogueEntry], but: str | None = None) -> str:
+    """What to set instead of a retired model: its line's current model, or the line itself unless it is ``but``
+    (the setting that is already there)."""
+    instead = current.get(entry.line or "")
+    if instead is None:
+        return f"set model to a current model. {_offer(current)}"
+    line = f" or model = {entry.line!r}" if entry.line != but else ""
+    return f"set model = {instead.id!r} (the {entry.line} line's current model){line}"
 
 
 def _pin(asked: str, entry: CatalogueEntry) -> PinnedModel:

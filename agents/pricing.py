@@ -10,6 +10,20 @@ writes). A scenario overrides or adds prices in scenario.toml::
     cache_write = 5.0
     cache_read = 0.2
 
+A model priced by prompt size (Haiku 5.5) has a second tier: every token of a call
+whose prompt is over ``long_above`` tokens is billed at ``long``'s rates, output
+included. The prompt is what the call read: input, cache writes and cache reads
+together, as the pricing page counts it. So a call's cost depends on that call's
+own prompt, and a sum of calls is priced call by call (``workers/spend.py``)::
+
+    [prices.claude-haiku-5-5]
+    input = 0.10
+    output = 0.50
+    cache_write = 0.125
+    cache_read = 0.01
+    long_above = 100_000
+    long = {input = 0.50, output = 2.50, cache_write = 0.625, cache_read = 0.05}
+
 A model with no price on file has no cost (``None``), never a cost of zero: a
 total that silently left it out would look cheaper than it was.
 """
@@ -20,11 +34,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-class Price(BaseModel):
-    """US dollars per million tokens."""
+class Rates(BaseModel):
+    """US dollars per million tokens, by kind."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -32,6 +46,26 @@ class Price(BaseModel):
     output: float = Field(ge=0)
     cache_write: float = Field(ge=0)
     cache_read: float = Field(ge=0)
+
+
+class Price(Rates):
+    """A model's rates; with ``long_above`` and ``long``, a second tier for calls with a longer prompt."""
+
+    long_above: int | None = Field(None, gt=0)  # prompt tokens; a prompt of exactly this many is still short
+    long: Rates | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Price:
+        if (self.long_above is None) != (self.long is None):
+            raise ValueError("long_above and long go together: the prompt size over which the long rates apply, "
+                             "and those rates")
+        return self
+
+    def for_prompt(self, prompt_tokens: int) -> Rates:
+        """The rates of a call whose prompt (input, cache writes and cache reads) is ``prompt_tokens``."""
+        if self.long is not None and self.long_above is not None and prompt_tokens > self.long_above:
+            return self.long
+        return self
 
 
 def _standard(input: float, output: float) -> Price:
@@ -43,13 +77,19 @@ DEFAULT_PRICES: dict[str, Price] = {
     # Opus 5.5 reads its cache at 0.05x input, not the usual 0.1x (its model page).
     "claude-opus-5-5": Price(input=4.0, output=20.0, cache_write=5.0, cache_read=0.20),
     "claude-opus-5": Price(input=5.0, output=25.0, cache_write=6.25, cache_read=0.50),
-    "claude-sonnet-5-5": Price(input=2.0, output=10.0, cache_write=2.50, cache_read=0.20),
+    # Sonnet 5.5's cache reads were cut to 0.05x input ($0.10) on 2026-10-07 (the Sonnet 5.5 migration guide,
+    # https://platform.claude.com/docs/en/models/sonnet-5-5/migration-guide); Sonnet 5 keeps 0.1x.
+    "claude-sonnet-5-5": Price(input=2.0, output=10.0, cache_write=2.50, cache_read=0.10),
     "claude-sonnet-5": Price(input=2.0, output=10.0, cache_write=2.50, cache_read=0.20),
     "claude-opus-4-6": _standard(5.0, 25.0),
     "claude-opus-4-5": _standard(5.0, 25.0),
     "claude-sonnet-4-6": _standard(3.0, 15.0),
     "claude-sonnet-4-5": _standard(3.0, 15.0),
     "claude-haiku-4-5": _standard(1.0, 5.0),
+    # Two tiers by prompt size: up to 100,000 tokens, and over (every token of such a call, output included).
+    # https://platform.claude.com/docs/en/models/haiku-5-5/overview ("Pricing")
+    "claude-haiku-5-5": Price(input=0.10, output=0.50, cache_write=0.125, cache_read=0.01, long_above=100_000,
+                              long=Rates(input=0.50, output=2.50, cache_write=0.625, cache_read=0.05)),
 }
 
 _DATED = re.compile(r"-\d{8}$")  # claude-opus-4-5-20251101 is priced as claude-opus-4-5
@@ -81,17 +121,23 @@ class Tokens(BaseModel):
         return Tokens(input=self.input + other.input, cache_write=self.cache_write + other.cache_write,
                       cache_read=self.cache_read + other.cache_read, output=self.output + other.output)
 
+    @property
+    def prompt(self) -> int:
+        """Every token the call read: what decides a tiered price's tier."""
+        return self.input + self.cache_write + self.cache_read
+
     def cost(self, price: Price | None) -> float | None:
-        """US dollars, or None without a price."""
+        """US dollars of one call (its prompt picks a tiered price's tier), or None without a price."""
         if price is None:
             return None
-        dollars = (self.input * price.input + self.cache_write * price.cache_write
-                   + self.cache_read * price.cache_read + self.output * price.output)
+        rates = price.for_prompt(self.prompt)
+        dollars = (self.input * rates.input + self.cache_write * rates.cache_write
+                   + self.cache_read * rates.cache_read + self.output * rates.output)
         return dollars / 1_000_000
 
     def uncached_cost(self, price: Price | None) -> float | None:
-        """What the same calls would have cost with no prompt cache: every input token at the input price."""
+        """What the same call would have cost with no prompt cache: every input token at the input price."""
         if price is None:
             return None
-        every_input = self.input + self.cache_write + self.cache_read
-        return (every_input * price.input + self.output * price.output) / 1_000_000
+        rates = price.for_prompt(self.prompt)  # the same prompt, so the same tier
+        return (self.prompt * rates.input + self.output * rates.output) / 1_000_000

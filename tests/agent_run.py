@@ -14,13 +14,22 @@ from agents.settings_layers import resolve_config
 from agents.simulated import SimulatedModel
 from agents.step import Fault, run_turn
 from context.protocol import validate
-from scenarios.run import copy_scenario
+from scenarios.run import RunRecord, copy_scenario, save_run
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "scenarios" / "refund_desk"
 
 
 def copy_example(tmp_path: Path) -> Path:
     return copy_scenario(EXAMPLE, tmp_path / "refund_desk")
+
+
+def started_example(tmp_path: Path, toml_extra: str = "") -> Path:
+    """A copy of the example with ``toml_extra`` appended to its scenario.toml and a run.json, as a run begins."""
+    root = copy_example(tmp_path)
+    if toml_extra:
+        (root / "scenario.toml").write_text((root / "scenario.toml").read_text() + toml_extra)
+    save_run(root, RunRecord(scenario=root.name))
+    return root
 
 
 def agents(root: Path, model: SimulatedModel | None = None, profile: str = "demo") -> dict[str, Agent]:

@@ -445,12 +445,10 @@ def test_429_honours_retry_after_seconds():
     assert len(api.requests) == 2
 
 
-def test_retry_after_as_http_date_and_over_the_cap():
-    future = email.utils.formatdate(time.time() + 3600, usegmt=True)
+def test_retry_after_as_http_date_ms_or_unreadable_and_waited_in_full_over_the_backoff_cap():
     past = email.utils.formatdate(time.time() - 3600, usegmt=True)
     api = FakeApi(
-        api_error(429, *RATE_LIMITED, headers={"retry-after": future}),
-        api_error(429, *RATE_LIMITED, headers={"retry-after": "900"}),
+        api_error(429, *RATE_LIMITED, headers={"retry-after": "900"}),  # above max_delay_s: still waited, whole
         api_error(429, *RATE_LIMITED, headers={"retry-after": past}),
         api_error(429, *RATE_LIMITED, headers={"retry-after-ms": "1500"}),
         api_error(429, *RATE_LIMITED, headers={"retry-after": "soon"}),  # unreadable: backoff instead
@@ -458,7 +456,16 @@ def test_retry_after_as_http_date_and_over_the_cap():
     )
     sleeps: list[float] = []
     make(api, sleeps, max_delay_s=30.0).create(request())
-    assert sleeps == [30.0, 30.0, 0.0, 1.5, 0.75 * 16]
+    assert sleeps == [900.0, 0.0, 1.5, 0.75 * 8]  # the backoff (base * 2**3, jittered) stays capped at 30
+
+
+def test_a_retry_after_date_beyond_the_longest_wait_gives_up_at_once():
+    future = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    api = FakeApi(api_error(429, *RATE_LIMITED, headers={"retry-after": future}), ok(TEXT_BODY))
+    with pytest.raises(ModelUnavailable, match=r"asked to wait 3\d\d\ds before retrying \(retry-after\), and a call "
+                                               r"without a deadline waits at most 900s") as gave_up:
+        make(api, []).create(request())
+    assert len(api.requests) == 1 and gave_up.value.attempts == 1
 
 
 def test_529_overloaded_backs_off_with_growing_jittered_delays():

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from typer.testing import CliRunner
@@ -16,8 +16,8 @@ from agents.catalogue import CatalogueEntry, CatalogueError, apply_pin, resolve
 from agents.config import AgentConfig
 from agents.disk import AgentDisk
 from agents.models import ModelRequest, ModelResponse
-from scenarios.run import RunRecord, load_run, save_run
-from tests.agent_run import copy_example
+from scenarios.run import load_run
+from tests.agent_run import started_example
 from workers.cli import cli
 from workers.loop import Team
 
@@ -36,7 +36,7 @@ CATALOGUE = [
     _model("claude-sonnet-5-5", "sonnet", created="2026-09-15"),
     _model("claude-sonnet-4-6", "sonnet", created="2026-02-15"),
     _model("claude-sonnet-4-5", "sonnet", "deprecated", created="2025-09-29", window=200_000, retires="2026-11-30"),
-    _model("claude-opus-4-1", "opus", "retired", created="2025-08-05", window=200_000),
+    _model("claude-opus-4-1", "opus", "retired", created="2025-08-05", window=200_000, retires="2026-06-05"),
     _model("claude-haiku-5-5", "haiku", created="2026-10-01", window=200_000),
 ]
 ENTRIES = [CatalogueEntry.model_validate(m) for m in CATALOGUE]
@@ -58,8 +58,10 @@ def test_a_deprecated_model_is_pinned_with_its_retirement_date():
     assert "retires on 2026-11-30" in pin.warning and "'sonnet'" in pin.warning
 
 
-def test_a_retired_model_is_refused_naming_the_lines_current_model():
-    with pytest.raises(CatalogueError, match=r"claude-opus-4-1 is retired .* use claude-opus-5-5 .*model = 'opus'"):
+def test_a_retired_model_is_refused_with_its_date_naming_the_lines_current_model():
+    with pytest.raises(CatalogueError, match=r"claude-opus-4-1 was retired on 2026-06-05 and can no longer be called; "
+                                             r"set model = 'claude-opus-5-5' \(the opus line's current model\) or "
+                                             r"model = 'opus'"):
         resolve("claude-opus-4-1", ENTRIES)
 
 
@@ -106,8 +108,11 @@ class _Catalogue(BaseHTTPRequestHandler):
         if self.headers.get("authorization") != "Bearer test-key" and self.headers.get("x-api-key") != "test-key":
             return self._send(401, {"type": "error", "error": {"type": "authentication_error", "message": "bad key"}})
         if self.path.startswith("/v1/models"):
-            ids = [m["id"] for m in self.models]
-            return self._send(200, {"data": self.models, "has_more": False, "first_id": ids[0], "last_id": ids[-1]})
+            # As the API: retired models only when the lifecycle filter asks for them.
+            asked = parse_qs(urlsplit(self.path).query).get("lifecycle[]") or ["active", "deprecated"]
+            listed = [m for m in self.models if m["lifecycle"] in asked]
+            ids = [m["id"] for m in listed] or [None]
+            return self._send(200, {"data": listed, "has_more": False, "first_id": ids[0], "last_id": ids[-1]})
         self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
 
     def _send(self, status: int, body: dict) -> None:
@@ -142,16 +147,8 @@ class _RealLabel:
         raise AssertionError("no step should run")
 
 
-def _run(tmp_path: Path, toml_extra: str = "") -> Path:
-    root = copy_example(tmp_path)
-    if toml_extra:
-        (root / "scenario.toml").write_text((root / "scenario.toml").read_text() + toml_extra)
-    save_run(root, RunRecord(scenario=root.name))
-    return root
-
-
 def test_a_run_resolves_its_lines_once_and_keeps_them(tmp_path, catalogue_url):
-    root = _run(tmp_path)
+    root = started_example(tmp_path)
     env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": catalogue_url}
     team = Team(root, model=_RealLabel(), env=env)
     assert team["init"].config.model.name == "claude-opus-5-5"
@@ -165,11 +162,13 @@ def test_a_run_resolves_its_lines_once_and_keeps_them(tmp_path, catalogue_url):
         again = Team(root, model=_RealLabel(), env=env)
     finally:
         _Catalogue.models = CATALOGUE
-    assert again["execute"].config.model.name == "claude-sonnet-5-5" and len(_Catalogue.calls) == asked
+    assert again["execute"].config.model.name == "claude-sonnet-5-5"
+    # All it asks is whether a pinned model has retired since.
+    assert _Catalogue.calls[asked:] == ["/v1/models?lifecycle%5B%5D=retired"]
 
 
 def test_a_deprecated_model_warns_in_the_events_and_status(tmp_path, catalogue_url):
-    root = _run(tmp_path, '\n[agents.execute]\nmodel = "claude-sonnet-4-5"\n')
+    root = started_example(tmp_path, '\n[agents.execute]\nmodel = "claude-sonnet-4-5"\n')
     env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": catalogue_url}
     team = Team(root, model=_RealLabel(), env=env)
     assert team["execute"].config.context.window == 200_000  # the model's real window
@@ -181,14 +180,14 @@ def test_a_deprecated_model_warns_in_the_events_and_status(tmp_path, catalogue_u
 
 
 def test_a_retired_model_stops_the_run_before_any_step(tmp_path, catalogue_url):
-    root = _run(tmp_path, '\n[agents.init]\nmodel = "claude-opus-4-1"\n')
+    root = started_example(tmp_path, '\n[agents.init]\nmodel = "claude-opus-4-1"\n')
     env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": catalogue_url}
-    with pytest.raises(CatalogueError, match="claude-opus-4-1 is retired.*claude-opus-5-5"):
+    with pytest.raises(CatalogueError, match="claude-opus-4-1 was retired on 2026-06-05.*'claude-opus-5-5'"):
         Team(root, model=_RealLabel(), env=env)
     assert load_run(root).models == {} and not (root / "state" / "init" / "log.jsonl").exists()
 
 
 def test_offline_nothing_is_resolved(tmp_path):
-    root = _run(tmp_path)
+    root = started_example(tmp_path)
     team = Team(root, env={})
     assert team["init"].config.model.name == "opus" and load_run(root).models == {}

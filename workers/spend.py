@@ -2,7 +2,9 @@
 
 Every step event carries the usage of its model call and every compaction event
 the usage of its summary call; the price is the pinned model's
-(``agents.pricing``, overridable in scenario.toml ``[prices.<model id>]``). With
+(``agents.pricing``, overridable in scenario.toml ``[prices.<model id>]``). Each
+call is priced on its own and the costs are added, never the summed tokens priced
+once: a model priced by prompt size (Haiku 5.5) bills each call at its own tier. With
 the simulated model nothing is priced: its tokens are shown, its cost is none.
 """
 
@@ -35,9 +37,18 @@ class Spend(BaseModel):
 
     @classmethod
     def of(cls, tokens: Tokens, price: Price | None) -> Spend:
+        """One call's spend (or nothing yet, with no tokens): priced at its own prompt's tier."""
         cost, uncached = tokens.cost(price), tokens.uncached_cost(price)
         saved = None if cost is None or uncached is None else uncached - cost
         return cls(tokens=tokens, cost_usd=cost, saved_by_cache_usd=saved)
+
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(tokens=self.tokens + other.tokens, cost_usd=_plus(self.cost_usd, other.cost_usd),
+                     saved_by_cache_usd=_plus(self.saved_by_cache_usd, other.saved_by_cache_usd))
+
+
+def _plus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
 
 
 class CompactionSpend(BaseModel):
@@ -86,31 +97,30 @@ def _dropped_reply(event: Event) -> bool:
 
 def _agent_spend(root: Path, role: str, model: str | None, overrides: dict[str, Price]) -> AgentSpend:
     price = price_for(model, overrides)
+    nothing = Spend.of(Tokens(), price)  # 0 dollars with a price, None without
     events = AgentDisk.load(root, role).events  # type: ignore[arg-type]  # with those a crash left owed
     iteration_of: dict[int, int] = {}  # step -> iteration, to place each compaction
-    by_iteration: dict[int, Tokens]
-    steps, by_iteration = Tokens(), {}
-    iteration = 0
+    by_iteration: dict[int, Spend] = {}
+    steps, iteration = nothing, 0
     for event in events:
         if isinstance(event, StepEvent):
             iteration = iteration_of[event.step] = event.iteration
         if isinstance(event, StepEvent) or _dropped_reply(event):
-            tokens = Tokens.of(event.usage)  # type: ignore[union-attr]  # both carry a usage
-            steps += tokens
+            call = Spend.of(Tokens.of(event.usage), price)  # type: ignore[union-attr]  # both carry a usage
+            steps += call
             at = iteration_of.get(event.step, iteration)  # type: ignore[union-attr]
-            by_iteration[at] = by_iteration.get(at, Tokens()) + tokens
-    compactions, per_compaction = Tokens(), []
+            by_iteration[at] = by_iteration.get(at, nothing) + call
+    compactions, per_compaction = nothing, []
     for event in events:
         if isinstance(event, CompactionRecord):
-            tokens = Tokens.of(event.usage)
-            compactions += tokens
+            call = Spend.of(Tokens.of(event.usage), price)
+            compactions += call
             iteration = iteration_of.get(event.after_step or 0)
             if iteration is not None:
-                by_iteration[iteration] = by_iteration.get(iteration, Tokens()) + tokens
+                by_iteration[iteration] = by_iteration.get(iteration, nothing) + call
             per_compaction.append(CompactionSpend(id=event.id, after_step=event.after_step, iteration=iteration,
-                                                  fallback=event.fallback, spend=Spend.of(tokens, price)))
+                                                  fallback=event.fallback, spend=call))
     return AgentSpend(
-        role=role, model=model, priced=price is not None, steps=Spend.of(steps, price),
-        compactions=Spend.of(compactions, price), total=Spend.of(steps + compactions, price),
-        by_iteration={n: Spend.of(t, price) for n, t in sorted(by_iteration.items())}, per_compaction=per_compaction,
+        role=role, model=model, priced=price is not None, steps=steps, compactions=compactions,
+        total=steps + compactions, by_iteration=dict(sorted(by_iteration.items())), per_compaction=per_compaction,
     )

@@ -50,7 +50,8 @@ def _entry(model_id: str, name: str, line: str, created: str, window: int, outpu
 
 # id, display name, line, released, max_input_tokens, max_tokens (output), lifecycle, deprecated, retires
 DEFAULT_MODELS: tuple[ModelEntry, ...] = (
-    _entry("claude-haiku-5-5", "Claude Haiku 5.5", "haiku", "2026-10-28", 200_000, 64_000),
+    # 1M in, 128K out: https://platform.claude.com/docs/en/models/haiku-5-5/overview
+    _entry("claude-haiku-5-5", "Claude Haiku 5.5", "haiku", "2026-10-28", 1_000_000, 128_000),
     _entry("claude-sonnet-5-5", "Claude Sonnet 5.5", "sonnet", "2026-10-21", 1_000_000, 128_000),
     _entry("claude-opus-5-5", "Claude Opus 5.5", "opus", "2026-10-14", 1_000_000, 128_000),
     _entry("claude-sonnet-4-6", "Claude Sonnet 4.6", "sonnet", "2026-02-17", 1_000_000, 64_000),

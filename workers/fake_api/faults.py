@@ -9,12 +9,15 @@
 - ``refusal``: no content, ``stop_reason: "refusal"`` with ``stop_details`` of type refusal;
 - ``hang``: the server waits ``hang_s`` (or the server's ``--hang-seconds``) before answering;
 - ``context_window_exceeded``: cut like ``max_tokens_cut``, with
-  ``stop_reason: "model_context_window_exceeded"``.
+  ``stop_reason: "model_context_window_exceeded"``;
+- ``api_error``: no reply but the API's error answer, with ``status`` (default 529),
+  a ``retry-after`` header of ``retry_after_s`` seconds and an ``x-should-retry``
+  header of ``should_retry`` when given: the headers AgentBreak cannot send.
 
 A fault applies to a request whose raw JSON body contains ``match`` (any request when
 it is omitted); each one serves ``count`` requests, in the order they were queued.
-Transport faults (429, 529, 5xx, stalls, malformed bodies) are AgentBreak's (docs/fake-api.md); the
-steady wait of a real model is ``latency``.
+Transport faults (stalls, malformed bodies, error schedules) are AgentBreak's (docs/fake-api.md); an
+``api_error`` is here only for the headers AgentBreak does not send. The steady wait of a real model is ``latency``.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import json
 import threading
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-FaultKind = Literal["max_tokens_cut", "refusal", "hang", "context_window_exceeded"]
+from workers.fake_api.rules import ApiError
+
+FaultKind = Literal["max_tokens_cut", "refusal", "hang", "context_window_exceeded", "api_error"]
 FAULT_KINDS: tuple[str, ...] = FaultKind.__args__  # type: ignore[attr-defined]
 
 
@@ -35,6 +40,38 @@ class FaultOrder(BaseModel):
     count: int = Field(1, ge=1, le=10_000)
     match: str | None = Field(None, min_length=1)
     hang_s: float | None = Field(None, ge=0, le=3600)
+    status: int | None = Field(None, ge=400, le=599)  # api_error only, as the three below
+    retry_after_s: int | None = Field(None, ge=0, le=86_400)  # whole seconds, as the API sends them
+    should_retry: bool | None = None
+
+    @model_validator(mode="after")
+    def _error_fields_for_errors(self) -> FaultOrder:
+        given = [name for name in ("status", "retry_after_s", "should_retry") if getattr(self, name) is not None]
+        if given and self.fault != "api_error":
+            raise ValueError(f"{', '.join(given)}: only for the api_error fault")
+        return self
+
+    def error(self) -> FaultError:
+        """The error answer of an ``api_error`` fault, headers included."""
+        status = self.status or 529
+        headers = {} if self.retry_after_s is None else {"retry-after": str(self.retry_after_s)}
+        if self.should_retry is not None:
+            headers["x-should-retry"] = "true" if self.should_retry else "false"
+        return FaultError(status, ERROR_TYPES.get(status, "api_error"),
+                          f"an api_error fault queued on the fake API (HTTP {status})", headers)
+
+
+# The API's error type per status (docs: "Errors"); any other status is an api_error.
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+
+
+class FaultError(ApiError):
+    """An error answer with headers of its own (``retry-after``, ``x-should-retry``)."""
+
+    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str]) -> None:
+        super().__init__(status, error_type, message)
+        self.headers = headers
 
 
 class FaultQueue:

@@ -39,7 +39,7 @@ from agents.simulated import SUMMARY_ASK, SimulatedModel
 from workers.fake_api.answer import answer
 from workers.fake_api.cache import PromptCache
 from workers.fake_api.catalogue import Catalogue, CatalogueError
-from workers.fake_api.faults import FaultOrder, FaultQueue, apply
+from workers.fake_api.faults import FaultError, FaultOrder, FaultQueue, apply
 from workers.fake_api.latency import Latency
 from workers.fake_api.rules import ApiError, check, invalid
 from workers.fake_api.stats import Stats
@@ -61,6 +61,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 class Reply:
     status: int
     body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)  # an api_error fault's retry-after, x-should-retry
 
 
 @dataclass
@@ -88,7 +89,7 @@ class FakeApi:
             return self._route(method, path, query, headers, body)
         except ApiError as err:
             self.stats.error(err.status, err.error_type)
-            return Reply(err.status, err.body())
+            return Reply(err.status, err.body(), err.headers if isinstance(err, FaultError) else {})
         except Exception as err:  # a bug of the double: answer as the API does, keep serving
             log.exception("the fake API failed on %s %s", method, path)
             self.stats.error(500, "api_error")
@@ -134,6 +135,8 @@ class FakeApi:
             self.stats.fault(fault.fault)
             if fault.fault == "hang":
                 self.sleep(self.hang_s if fault.hang_s is None else fault.hang_s)
+            if fault.fault == "api_error":
+                raise fault.error()
         use = self.cache.account(checked.pieces, cache_settings(raw, checked.model.id))
         message = answer(self.model, checked, betas, use)
         if preserves_thinking(checked.model.id):
@@ -265,6 +268,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.send_header("request-id", f"req_fake_{next(self.server.request_ids):08d}")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
