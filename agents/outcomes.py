@@ -34,6 +34,7 @@ class StepOutcome(BaseModel):
     model: str = ""
     stop_reason: str | None = None  # why the model's reply of this step stopped, when the step called it
     usage: dict[str, int] | None = None  # the usage of this step's model call, when it made one
+    said: str = ""  # the start of what the reply said (text and notes between tool calls), redacted
 
 
 class CompactionOutcome(BaseModel):

@@ -66,8 +66,10 @@ from agents.thinking import thinking_fields
 from agents.tools.base import Tool, ToolContext, parse_envelope, run_tool
 from context.assembly import Assembled, ContextOverflow, StaticPrefix
 from context.compaction_event import CompactionEvent
+from context.form_parts import clip_line
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, parse_message
 from context.prefix import bind_reply
+from context.redaction import redact
 from context.todo_recap import recap_due
 from scenarios.journal import Journal
 from scenarios.lease import LeaseLost
@@ -96,6 +98,7 @@ CUT_MARKER = "[cut off at the output limit]"  # ends a cut reply in the log, whe
 # A reply cut at max_tokens is asked for once more with twice the limit, up to the model's own
 # limit (ModelSettings.max_output_tokens); offline that limit is unknown and this cap stands in.
 FALLBACK_OUTPUT_LIMIT = 32_000
+SAID_CHARS = 300  # of what a reply said, in the step's outcome (Flower's task events)
 MAX_RESUMES = 3  # a paused turn (pause_turn) is sent back this many times at most
 # Near the threshold the estimate (about 1% off) could decide either way: within this share
 # of it, the step asks the API for an exact count before deciding to compact.
@@ -263,6 +266,7 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
         # Cut again (or no room to retry): the agent gets the reply without its tool calls, and a note.
         _record_cut(disk, step, request, response, retry_max_tokens=None)
         message = _without_tool_calls(message)
+    base["said"] = clip_line(redact(message.said), SAID_CHARS)  # what Flower and the live display show
     chain = assembled.chain
     assert chain is not None  # every assembled request has its prefix chain
     message, reply_digest = bind_reply(chain.digest, message)  # each thinking block knows its prefix

@@ -151,8 +151,8 @@ def _open_todos(history: History, end: int) -> list[str]:
 
 def _last_assistant_text(history: History, end: int, limit: int = 1_500) -> str:
     for msg in reversed(history.view[:end]):
-        if msg.role == "assistant" and msg.text.strip():
-            return msg.text.strip()[:limit]
+        if msg.role == "assistant" and msg.said.strip():
+            return msg.said.strip()[:limit]
     return ""
 
 

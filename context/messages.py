@@ -186,6 +186,14 @@ class Message(_Frozen):
     def text(self) -> str:
         return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
 
+    @property
+    def said(self) -> str:
+        """What the model said, in order: its text and the notes it wrote between tool calls, which Opus 5.5
+        returns inside thinking blocks (with the ``updates`` display; empty under ``omitted``)."""
+        parts = [b.text if isinstance(b, TextBlock) else b.thinking for b in self.content
+                 if isinstance(b, (TextBlock, ThinkingBlock))]
+        return "\n".join(p for p in parts if p.strip())
+
     @cached_property
     def tokens(self) -> int:
         """Raw (uncalibrated) cl100k tokens of the content, summed from cached block counts."""

@@ -320,3 +320,30 @@ def test_each_compact_prompt_asks_for_every_key_of_its_schema(role, schema):
         for sub in (nested.model_fields if nested and issubclass(nested, BaseModel) else {}):
             assert f"`{sub}`" in text, f"{name}.{sub}"
     parse_summary(tagged(shape), schema)  # the prompt's own example validates
+
+
+def test_a_summary_reply_that_calls_a_tool_is_asked_once_more_then_falls_back():
+    """The summary request keeps the steps' tools (a tool_choice change would invalidate the cached messages),
+    so a reply may call one: each call gets an error result and the model is asked once more (issue 22)."""
+    h, asm = make()
+    seen = []
+    grep = ToolUseBlock(id="toolu_sum1", name="Grep", input={"pattern": "refund"})
+
+    def call(messages, timeout):
+        seen.append(messages)
+        if len(seen) == 1:
+            return SummaryReply(text="Let me check first.", tool_uses=[grep])
+        return SummaryReply(text=tagged(EXECUTE))
+
+    ev = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P", call=call,
+                 breaker=CircuitBreaker())
+    assert not ev.fallback and ev.summary["pending_work"] == ["rerun"]
+    assert "called Grep instead of answering" in ev.error  # recorded, though the second answer was good
+    retry = list(seen[1])
+    assert retry[-2].tool_uses == [grep] and retry[-1].tool_results[0].is_error
+    assert "No tool runs while the context is being summarised" in retry[-1].tool_results[0].text
+    validate(retry)  # every tool_use answered: a valid request
+
+    always = compact(schema=ExecuteSummary, assembler=asm, previous=None, prompt="P",
+                     call=lambda m, t: SummaryReply(text="", tool_uses=[grep]), breaker=CircuitBreaker())
+    assert always.fallback and "called Grep" in always.error

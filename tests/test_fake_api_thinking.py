@@ -232,3 +232,46 @@ def test_through_the_sdk_the_signature_is_opaque_and_stats_count_it() -> None:
         assert running.server.api.stats.snapshot()["thinking"]["valid"] == 1
     finally:
         running.stop()
+
+
+def test_a_refused_block_starts_a_new_thinking_epoch_and_the_run_goes_on(tmp_path) -> None:
+    """Should the API refuse a thinking block baton sent back (here: one whose text changed in the log), the
+    same request would fail forever. The step leaves every earlier block out and asks once more (issue 22)."""
+    from agents.agent import Agent
+    from agents.anthropic_model import AnthropicModel
+    from agents.disk import AgentDisk, open_turn
+    from agents.openings import init_opening
+    from agents.settings_layers import resolve_config
+    from agents.step import run_step
+    from tests.agent_run import copy_example
+
+    root = copy_example(tmp_path)
+    running = start(FakeApi())
+    try:
+        config = resolve_config("init", scenario_toml=root / "scenario.toml", env={}, profile="demo",
+                                overrides={"model": "claude-opus-5-5"})
+        agent = Agent(config, AnthropicModel(api_key=KEY, base_url=running.url, sleep=lambda s: None))
+        open_turn(root, "init", 1, init_opening(root.name, 1), key="iteration-1")
+        assert run_step(root, agent, step=1).status == "continue"
+        assert run_step(root, agent, step=2).status == "continue"
+        log = root / "state" / "init" / "log.jsonl"
+        lines = log.read_text().splitlines()
+        first = json.loads(lines[1])
+        assert first["kind"] == "assistant" and first["message"]["content"][0]["type"] == "thinking"
+        first["message"]["content"][0]["thinking"] = "something else"  # no longer what was signed
+        log.write_text("\n".join([lines[0], json.dumps(first), *lines[2:]]) + "\n")
+
+        refused = run_step(root, agent, step=3)
+        assert refused.status == "continue" and "refused a thinking block" in refused.reason
+        disk = AgentDisk.load(root, "init")
+        assert disk.state.thinking_epoch == 1
+        assert [w.code for w in disk.events if w.kind == "warning"] == ["thinking_refused"]
+        assert run_step(root, agent, step=3).status == "continue"  # every earlier block left out: accepted
+        step3 = [e for e in AgentDisk.load(root, "init").events if e.kind == "step"][-1]
+        assert step3.step == 3 and step3.thinking_sent == 0 and step3.thinking_left_out >= 2
+        assert run_step(root, agent, step=4).status == "continue"  # and the new blocks are sent back
+        step4 = [e for e in AgentDisk.load(root, "init").events if e.kind == "step"][-1]
+        assert step4.thinking_sent >= 1
+        assert running.server.api.stats.snapshot()["thinking"]["refused"] == 1
+    finally:
+        running.stop()

@@ -210,6 +210,7 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
         model=outcome.model,
         usage=outcome.usage,  # input, cache writes, cache reads, output of this step's call
         cost_usd=team[agent].cost(outcome.usage),
+        said=outcome.said,  # the start of what the agent said, redacted
     )
     dispatch(following)
     return outcome.model_dump(
