@@ -64,18 +64,21 @@ def _splice(text: str, spans: list[tuple[int, int, str]]) -> str:
 # of these occurs in its lower-cased form. The lookaheads skip the look-alikes
 # that fill this project's own data (max_tokens, tokens_used, token_count,
 # tokenizer, author, authority) before they cost a Python call.
+# Factored by first letter: `re` tries every branch at each position that starts one.
 _KEYWORD = (
-    r"passw(?:or)?d|secret|credential|api[_-]?key|private[_-]?key"
+    r"p(?:assw(?:or)?d|wd|rivate[_-]?key)|secret|cred(?:ential|s?(?![a-z]))"
+    r"|a(?:(?:pi|cc(?:ount|ess))[_-]?key|uth(?!or(?!iz)))"
     r"|token(?!s|iz|[_-]?(?:count|usage|limit|budget|len|size|num))"
-    r"|auth(?!or(?!iz))"
 )
 # Cheap pre-check: one of these occurs (lower-cased) wherever _KEYWORD or _PROSE can match.
-_KEYWORD_HINTS = ("pass", "pwd", "secret", "credential", "key", "token", "auth")
+_KEYWORD_HINTS = ("pass", "pwd", "secret", "cred", "key", "token", "auth")
 # The decision on a whole name, in snake_case. "auth" only counts at the end
 # (auth, x_auth, authorization, auth_header), since auth_method, oauth_scope
-# or auth_enabled name settings, not credentials.
+# or auth_enabled name settings, not credentials. "creds" only as a word of
+# the name (DOCKER_CREDS, not sacred); "pwd" also names the working directory
+# (PWD=/work/main), which _keep_value tells apart by its value.
 _SECRET_NAME = re.compile(
-    r"passw(?:or)?d|secret|credential|api_?key|private_?key"
+    r"passw(?:or)?d|pwd(?![a-z])|secret|credential|(?<![a-z])creds?(?![a-z])|(?:api|private|account|access)_?key"
     r"|token(?!s|iz|_?(?:count|usage|limit|budget|len|size|num))"
     r"|auth(?:orization|entication)?(?:_?(?:header|key|code|string|value|data|info))?$"
 )
@@ -111,9 +114,9 @@ def is_secret_name(name: str) -> bool:
 # a block cut short by head+tail truncation still loses its body, and a stray
 # BEGIN can never make the engine scan the rest of a 50 MB text.
 _PEM = re.compile(
-    r"-----BEGIN (?:[A-Z0-9]++ ){0,3}PRIVATE KEY-----"
+    r"-----BEGIN (?:[A-Z0-9]++ ){0,3}PRIVATE KEY(?: BLOCK)?-----"
     r"(?:(?:\s|\\{1,2}[rn])*+(?:[A-Za-z0-9+/=]++|[A-Za-z-]++:[^\n\\]*+))*+"
-    r"(?:(?:\s|\\{1,2}[rn])*+-----END (?:[A-Z0-9]++ ){0,3}PRIVATE KEY-----)?"
+    r"(?:(?:\s|\\{1,2}[rn])*+-----END (?:[A-Z0-9]++ ){0,3}PRIVATE KEY(?: BLOCK)?-----)?"
 )
 # scheme://user:password@host: keep the user and the host.
 _URL_CREDS = re.compile(r"://(?P<user>[^\s/:@?#]{0,256}+):(?P<pw>[^\s/@?#]{1,256}+)@")
@@ -132,6 +135,32 @@ _GOOGLE = re.compile(r"AIza(?<![\w-]AIza)[A-Za-z0-9_-]{35}(?![\w-])")
 _GITLAB = re.compile(r"glpat-(?<![\w-]glpat-)[A-Za-z0-9_-]{20,}+")
 _NPM = re.compile(r"npm_(?<![\w-]npm_)[A-Za-z0-9]{36}(?![\w-])")
 _PYPI = re.compile(r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{40,}+")  # "pypi.org" in base64: every PyPI API token
+# Issuer prefixes with their documented lengths and alphabets (gitleaks' rules).
+_SLACK_APP = re.compile(r"xapp-(?<![\w-]xapp-)\d-[A-Za-z0-9-]{20,}+")
+_SENDGRID = re.compile(r"SG\.(?<![\w.]SG\.)[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![\w-])")
+_HUGGING_FACE = re.compile(r"hf_(?<!\whf_)[A-Za-z0-9]{34,}+")  # judged by _mixed: hf_hub_download is a name
+_STRIPE_WEBHOOK = re.compile(r"whsec_(?<!\wwhsec_)[A-Za-z0-9]{24,}+")
+_SHOPIFY = re.compile(r"shp(?<!\wshp)(?:at|ss|ca|pa)_[a-fA-F0-9]{32}(?!\w)")
+_DIGITALOCEAN = re.compile(r"do(?<!\wdo)[opr]_v1_[a-f0-9]{64}(?!\w)")
+_DATABRICKS = re.compile(r"dapi(?<!\wdapi)[a-f0-9]{32}(?:-\d)?(?!\w)")
+_POSTMAN = re.compile(r"PMAK-(?<!\wPMAK-)[a-f0-9]{24}-[a-f0-9]{34}(?!\w)")
+_GRAFANA = re.compile(r"gl(?<!\wgl)(?:sa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|c_[A-Za-z0-9+/]{32,}+={0,2})(?![\w-])")
+_LINEAR = re.compile(r"lin_api_(?<!\wlin_api_)[A-Za-z0-9]{40}(?!\w)")
+_VAULT = re.compile(r"hv[sb]\.(?<![\w.]hv[sb]\.)[A-Za-z0-9_-]{24,}+")
+_AGE = re.compile(r"AGE-SECRET-KEY-1[A-Z0-9]{58}")
+_GOOGLE_OAUTH = re.compile(r"GOCSPX-(?<![\w-]GOCSPX-)[A-Za-z0-9_-]{28}(?![\w-])")
+_GOOGLE_ACCESS = re.compile(r"ya29\.(?<![\w.]ya29\.)[A-Za-z0-9_-]{20,}+")
+
+# Secrets inside URLs and config lines: only the group "s" goes, the rest stays.
+_SLACK_HOOK = re.compile(r"hooks\.slack\.com/services/(?P<s>T[A-Z0-9]{6,}+/B[A-Z0-9]{6,}+/[A-Za-z0-9]{16,}+)")
+_DISCORD_HOOK = re.compile(r"discord(?:app)?\.com/api/webhooks/\d{5,30}+/(?P<s>[A-Za-z0-9_-]{40,}+)")
+# Sentry DSNs: the project key is the user of the URL, with no password (which _URL_CREDS needs).
+_SENTRY_DSN = re.compile(r"://(?P<s>[0-9a-f]{32})(?::[0-9a-f]{32})?@")
+_AZURE_SAS = re.compile(r"sig=(?<=[?&]sig=)(?P<s>[A-Za-z0-9%+/=]{20,}+)")
+# ~/.netrc: "machine HOST login USER password PASS", on one line or several.
+_NETRC = re.compile(
+    r"machine[ \t]++\S++(?:\s++(?:login|account|port)[ \t]++\S++){0,3}+\s++password[ \t]++(?P<s>[^\s\"'`]++)"
+)
 
 # A bare AWS secret access key is 40 characters of this alphabet with nothing
 # around it to anchor a regex, and a regex trying every word boundary of a
@@ -146,6 +175,20 @@ _KEY_RUNS = re.compile(rb"a" * 40 + rb"a*+")  # a literal prefix: `re` searches 
 
 def _whole(_: re.Match[str]) -> str:
     return REDACTED
+
+
+def _group(m: re.Match[str]) -> str:
+    """The match with only its group "s" redacted; a placeholder ($PASS, <REDACTED>) stays."""
+    if m.group("s").startswith(_PLACEHOLDER_STARTS):
+        return m.group(0)
+    start, end = m.start("s") - m.start(), m.end("s") - m.start()
+    return m.group(0)[:start] + REDACTED + m.group(0)[end:]
+
+
+def _mixed(m: re.Match[str]) -> str:
+    # Random keys mix cases or letters and digits; a run of one case is a name (hf_modelcardloaderhelper...).
+    body = m.group(0)[3:]
+    return m.group(0) if body.islower() or body.isupper() else REDACTED
 
 
 def _sk(m: re.Match[str]) -> str:
@@ -235,6 +278,25 @@ _SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (_GITLAB, _whole),
     (_NPM, _whole),
     (_PYPI, _whole),
+    (_SLACK_APP, _whole),
+    (_SENDGRID, _whole),
+    (_HUGGING_FACE, _mixed),
+    (_STRIPE_WEBHOOK, _sk),
+    (_SHOPIFY, _whole),
+    (_DIGITALOCEAN, _whole),
+    (_DATABRICKS, _whole),
+    (_POSTMAN, _whole),
+    (_GRAFANA, _whole),
+    (_LINEAR, _whole),
+    (_VAULT, _sk),
+    (_AGE, _whole),
+    (_GOOGLE_OAUTH, _whole),
+    (_GOOGLE_ACCESS, _whole),
+    (_SLACK_HOOK, _group),
+    (_DISCORD_HOOK, _group),
+    (_SENTRY_DSN, _group),
+    (_AZURE_SAS, _group),
+    (_NETRC, _group),
 )
 
 # --- NAME=value (searched in the lower-cased text) ---------------------------
@@ -286,9 +348,11 @@ def _keep_value(name: str, value: str, sep: str, after: str, quoted: bool, confi
     if not value or value.startswith(_PLACEHOLDER_STARTS):
         return True
     lowered = value.lower()
-    password = "passw" in name.lower()
+    password = "passw" in name.lower() or "pwd" in name.lower()
     if lowered in _NOT_VALUES or lowered in (name.lower(), name.rsplit(".", 1)[-1].lower()):
         return True  # literals, and password=password
+    if name.lower().endswith("pwd") and value.startswith(("/", "~", "./", "../")):
+        return True  # PWD=/work/main, OLDPWD=~: a directory, not ODBC's Pwd=
     if _NUMBER.fullmatch(value) and not password:
         return True  # "token: 1200" is a count; a numeric password is still a password
     if quoted:
@@ -360,6 +424,45 @@ def _assign(m: re.Match[str], text: str) -> str | None:
     return head + text[m.end("sep") : m.start("uv")] + REDACTED
 
 
+# --- passwords given to commands as short flags -----------------------------
+
+# Each command's own flag: mysql's -pPASS (only glued: "-p db" prompts, and db
+# is the database), sshpass -p, redis-cli -a, docker/podman login -p and curl
+# -u USER:PASS (only PASS goes). Long flags (--password=x) are _ASSIGN's. One
+# pattern per command, each starting with a literal that `re` scans for fast;
+# a command runs to the end of its line ("\" continuations included) or to |;&.
+_ARGS = r"(?P<args>(?:[^\n|;&\\]++|\\(?:\r?\n|.))*+)"
+_FLAG_VALUE = r"""(?:'(?P<sq>[^'\n]*+)'|"(?P<dq>[^"\n]*+)"|(?P<uv>[^\s'"]++))"""
+
+
+def _command(name: str, flag: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    return re.compile(rf"{name}(?![\w-]){_ARGS}"), re.compile(rf"(?<=[ \t]){flag}{_FLAG_VALUE}")
+
+
+_COMMANDS = (
+    _command(r"mysql(?<![\w.-]mysql)\w*+", "-p"),
+    _command(r"mariadb(?<![\w.-]mariadb)[\w-]*+", "-p"),
+    _command(r"sshpass(?<![\w.-]sshpass)", r"-p[ \t]*+"),
+    _command(r"redis-cli(?<![\w.-]redis-cli)", r"-a[ \t]++"),
+    _command(r"login(?<=(?:docker|podman) login)", r"-p[ \t]++"),
+    _command(r"curl(?<![\w.-]curl)", r"(?:-u[ \t]*+|--user[ \t=]++)"),
+)
+
+
+def _redact_command_passwords(text: str) -> str:
+    spans: list[tuple[int, int, str]] = []
+    for command, flag in _COMMANDS:
+        for found in command.finditer(text):
+            for value in flag.finditer(text, found.start("args"), found.end("args")):
+                start, end = next(value.span(g) for g in ("sq", "dq", "uv") if value.start(g) >= 0)
+                if command is _COMMANDS[-1][0]:  # curl -u USER:PASS
+                    colon = text.find(":", start, end)
+                    start = colon + 1 if colon >= 0 else end
+                if start < end and not text[start:end].startswith(_PLACEHOLDER_STARTS):
+                    spans.append((start, end, REDACTED))
+    return _splice(text, spans) if spans else text
+
+
 # --- passwords in prose (searched in the lower-cased text) -----------------
 
 # "my password is hunter2", "pwd was s3cr3t!", "the passphrase is correct horse".
@@ -370,9 +473,12 @@ def _assign(m: re.Match[str], text: str) -> str | None:
 _PROSE = re.compile(
     r"""
     (?P<kw>p(?:ass(?:w(?:or)?d|phrase|code)|wd))
+    # "for the admin account", "on db-1": up to four words, fewest first (at most 8 tries)
+    (?:[ \t]++(?P<for>for|of|on)(?:[ \t]++[\w.@'-]++){1,4}?)?
     (?:'s|[ \t]++(?:is|was|has[ \t]been|will[ \t]be|should[ \t]be)
         (?:[ \t]++(?:now|still|set[ \t]to|changed[ \t]to))?+
-      |[ \t]++(?:set|changed)[ \t]++to)
+      |[ \t]++(?:set|changed)[ \t]++to
+      |(?(for)[ \t]*+:|(?!)))                            # "password for the VPN: x" (a bare colon is _ASSIGN's)
     [ \t]++
     # a lookahead, so that a keyword inside the value ("password is password is x") is still found
     (?=(?P<q>["'`])(?P<qv>[^"'`\n]{1,256}+)(?P=q)|(?P<uv>\S{1,256}+))
@@ -474,6 +580,7 @@ def redact(text: str) -> str:
             text = new
     # After the named shapes, so a key id or token found above is not judged again.
     text = _redact_aws_secrets(text)
+    text = _redact_command_passwords(text)
     # Last, so values already redacted above are recognised and left alone.
     return _redact_names(text)
 
