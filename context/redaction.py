@@ -147,7 +147,7 @@ _POSTMAN = re.compile(r"PMAK-(?<!\wPMAK-)[a-f0-9]{24}-[a-f0-9]{34}(?!\w)")
 _GRAFANA = re.compile(r"gl(?<!\wgl)(?:sa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|c_[A-Za-z0-9+/]{32,}+={0,2})(?![\w-])")
 _LINEAR = re.compile(r"lin_api_(?<!\wlin_api_)[A-Za-z0-9]{40}(?!\w)")
 _VAULT = re.compile(r"hv[sb]\.(?<![\w.]hv[sb]\.)[A-Za-z0-9_-]{24,}+")
-_AGE = re.compile(r"AGE-SECRET-KEY-1[A-Z0-9]{58}")
+_AGE = re.compile(r"AGE-SECRET-KEY-1(?<![\w-]AGE-SECRET-KEY-1)[A-Z0-9]{58}(?![A-Za-z0-9])")
 _GOOGLE_OAUTH = re.compile(r"GOCSPX-(?<![\w-]GOCSPX-)[A-Za-z0-9_-]{28}(?![\w-])")
 _GOOGLE_ACCESS = re.compile(r"ya29\.(?<![\w.]ya29\.)[A-Za-z0-9_-]{20,}+")
 
@@ -263,6 +263,8 @@ def _url(m: re.Match[str]) -> str:
         return m.group(0)  # redacted already, or documentation: user:[password]@, USER:PASSWORD@
     return f"://{m.group('user')}:{REDACTED}@"
 
+
+_GLUED = re.compile(r"<REDACTED>(?:(?<=[\w.-]<REDACTED>)|(?=[\w.-]))")
 
 _SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (_PEM, _whole),
@@ -472,7 +474,9 @@ def _redact_command_passwords(text: str) -> str:
 # checked in Python (_prose).
 _PROSE = re.compile(
     r"""
-    (?P<kw>p(?:ass(?:w(?:or)?d|phrase|code)|wd))
+    # not after a letter or digit (getpwd, bypassword): checked here, so that such a
+    # match cannot swallow a real one after it ("xpassword for ... db_password is x")
+    (?P<kw>p(?<![^\W_]p)(?:ass(?:w(?:or)?d|phrase|code)|wd))
     # "for the admin account", "on db-1": up to four words, fewest first (at most 8 tries)
     (?:[ \t]++(?P<for>for|of|on)(?:[ \t]++[\w.@'-]++){1,4}?)?
     (?:'s|[ \t]++(?:is|was|has[ \t]been|will[ \t]be|should[ \t]be)
@@ -520,8 +524,6 @@ def _prose_value_is_secret(value: str, quoted: bool) -> bool:
 
 def _prose(m: re.Match[str], text: str, lowered: str) -> tuple[int, int] | None:
     """The span of the password in one _PROSE match, or None when it is prose after all."""
-    if m.start() > 0 and lowered[m.start() - 1].isalnum():
-        return None  # getpwd, bypassword
     if m.start("qv") >= 0:
         start, end = m.span("qv")
         return (start, end) if _prose_value_is_secret(text[start:end], True) else None
@@ -574,10 +576,15 @@ def redact(text: str) -> str:
     """
     if not text:
         return text
-    for pattern, repl in _SHAPES:
-        new = pattern.sub(repl, text)
-        if new != text:  # re.sub hands back the same object when nothing matched
-            text = new
+    for _ in range(3):
+        before = text
+        for pattern, repl in _SHAPES:
+            new = pattern.sub(repl, text)
+            if new != text:  # a match kept as it was still makes a new object: keep the old one
+                text = new
+        # A token glued to one replaced after it ("AIza...pypi-...") only stands alone now.
+        if text is before or not _GLUED.search(text):
+            break
     # After the named shapes, so a key id or token found above is not judged again.
     text = _redact_aws_secrets(text)
     text = _redact_command_passwords(text)

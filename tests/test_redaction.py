@@ -271,6 +271,11 @@ FRAGMENTS = [text for text, _ in SECRETS] + NEAR_MISSES + [
     # the bare AWS secret and prose rules: values glued to keys, quotes and redactions
     AWS_SECRET, AWS_SECRET[:39], "+", "/", "\\n", "my password is ", "passphrase is ", "pwd was ", "hunter2",
     "correct horse", "password's ", "`", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "AIzaSyBn7Ck1_Xq4mZ8pL2vT9wR6yU3sE0aD5fG",
+    # the command, URL and prose-with-"for" rules: flags, quotes and values glued to each other
+    "mysql ", "-p", "-pS3cr3t9", " -u ", "admin:", "curl ", "sshpass -p ", "redis-cli -a ", "docker login -p ", "'",
+    "password for the vpn", " is ", ": ", "AccountKey=", "Pwd=", "PWD=/work", "DOCKER_CREDS=", ";",
+    "https://hooks.slack.com/services/T0ABCDEF12/B0ABCDEF34/abcdEFGHijklMNOP1234", "://0123456789abcdef0123456789abcdef@",
+    "machine h login u password ", "sig=", "?", "hf_abcdEFGHijklMNOPqrstUVWXyzABCDefgh",
 ]
 
 

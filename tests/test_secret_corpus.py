@@ -10,6 +10,8 @@ import random
 import string
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from context.redaction import REDACTED, redact
 from tests.secret_corpus import NEGATIVES, POSITIVES, Secret, exactly_redacted, masked, score
@@ -63,6 +65,23 @@ def test_a_megabyte_of_look_alikes_is_untouched() -> None:
     text = "\n".join(t for _, t in NEGATIVES) + "\n"
     big = text * (1_000_000 // len(text) + 1)
     assert redact(big) is big
+
+
+# Words of code identifiers and API field names, keyword-ish ones first; no verbs ("is"), so no prose.
+_WORDS = ("token password secret key api auth pwd creds cred access account private hf sk sg dapi hvs mysql "
+          "prefix mismatch behavior thinking block binding max count env field hash input output budget x p a u").split()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(
+    st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6).map(lambda w: "_".join(w)),
+    min_size=1, max_size=5,
+).map(lambda parts: ".".join(parts)), st.sampled_from(["{}", "`{}`", "set `{}` to", "{}()", "self.{}", "--{}"]))
+def test_identifiers_are_never_touched(name: str, context: str) -> None:
+    # Dotted and snake_case names with every keyword in them, in code and API error texts:
+    # no separator and no value, so nothing to redact.
+    text = context.format(name)
+    assert redact(text) == text
 
 
 PATHOLOGICAL = [
