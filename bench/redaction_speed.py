@@ -21,6 +21,7 @@ The corpus figures (secrets caught, look-alikes changed) are printed too.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             "## Redaction speed",
             "",
             f"Command: `python bench/redaction_speed.py --out {args.out}` (Python {platform.python_version()}, "
+            f"{os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f} at the end: the machine is shared; "
             f"best of {args.repeat} runs). `redact` on the corpus look-alikes repeated to {args.mb:g} MB (nothing "
             "to replace), on look-alikes mixed with the corpus secrets (every rule replaces), and on the "
             "pathological strings of tests/test_secret_corpus.py (1 MB each, the slowest shown).",
