@@ -80,11 +80,10 @@ _KEYWORD = (
 _KEYWORD_HINTS = ("pass", "pwd", "secret", "cred", "key", "token", "auth")
 # The decision on a whole name, in snake_case. "auth" only counts at the end
 # (auth, x_auth, authorization, auth_header), since auth_method, oauth_scope
-# or auth_enabled name settings, not credentials. "creds" only as a word of
-# the name (DOCKER_CREDS, not sacred); "pwd" also names the working directory
-# (PWD=/work/main), which _keep_value tells apart by its value.
+# or auth_enabled name settings, not credentials. "creds" and "pwd" only as
+# words of the name (DOCKER_CREDS, DB_PWD; not sacred, OLDPWD).
 _SECRET_NAME = re.compile(
-    r"passw(?:or)?d|pwd(?![a-z])|secret|credential|(?<![a-z])creds?(?![a-z])|(?:api|private|account|access)_?key"
+    r"passw(?:or)?d|(?<![a-z])pwd(?![a-z])|secret|credential|(?<![a-z])creds?(?![a-z])|(?:api|private|account|access)_?key"
     r"|token(?!s|iz|_?(?:count|usage|limit|budget|len|size|num))"
     r"|auth(?:orization|entication)?(?:_?(?:header|key|code|string|value|data|info))?$"
 )
@@ -108,8 +107,8 @@ def is_secret_name(name: str) -> bool:
     """
     last = name.strip("\"'`*- ").rsplit(".", 1)[-1]
     snake = _CAMEL.sub("_", last).lower().replace("-", "_")
-    if not snake or snake.endswith(_NOT_SECRET_SUFFIXES):
-        return False
+    if not snake or snake == "pwd" or snake.endswith(_NOT_SECRET_SUFFIXES):
+        return False  # PWD alone is the working directory (ODBC's Pwd= is _assign's, by its value)
     return _SECRET_NAME.search(snake) is not None
 
 
@@ -403,7 +402,7 @@ def _assign(m: re.Match[str], text: str) -> str | None:
         while start > 0 and m.start() - start < 64 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
             start -= 1
     name = text[start : m.end("rest")]
-    if not is_secret_name(name):
+    if not is_secret_name(name) and name.lower() != "pwd":
         return None
     line_prefix = text[text.rfind("\n", max(0, start - 200), start) + 1 : start]
     config_line = line_prefix.strip(" \t-*>{,([\"'") in ("", "export")

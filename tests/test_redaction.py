@@ -152,6 +152,8 @@ def test_near_misses_are_untouched(text: str) -> None:
         ("password", True), ("DB_PASSWD", True), ("api_key", True), ("apiKey", True), ("x-api-key", True),
         ("client_secret", True), ("GITHUB_TOKEN", True), ("access_token", True), ("Authorization", True),
         ("private_key", True), ("aws_credentials", True), ("auth", True),
+        ("DB_PWD", True), ("DOCKER_CREDS", True), ("AccountKey", True), ("SharedAccessKey", True),
+        ("PWD", False), ("OLDPWD", False), ("creds_file", False), ("sacred", False), ("SharedAccessKeyName", False),
         ("max_tokens", False), ("tokens", False), ("input_tokens", False), ("token_count", False),
         ("tokens_used", False), ("tokenizer", False), ("author", False), ("authority", False),
         ("token_url", False), ("private_key_path", False), ("name", False), ("", False),
