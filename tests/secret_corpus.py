@@ -305,6 +305,10 @@ NEGATIVES: list[tuple[str, str]] = [
     ("mysql prompting", "mysql -h db -P 3306 -u root -p shop\nmysql --password -u app"),
     ("other -p flags", "mkdir -p /tmp/x && ssh -p 2222 host && cp -pr a b && python -m pip install -e ."),
     ("docker login stdin", "echo $TOKEN | docker login -u bob --password-stdin ghcr.io"),
+    ("command docs", "mysql -u USER -pPASSWORD db\ncurl -u username:password https://api.example.com\n"
+                     "redis-cli -a <password> ping"),
+    ("hf camelcase name", "from transformers import 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"),
+    ("machine learning prose", "the machine learning password is stored in the vault"),
     # connection strings without secrets
     ("azure account name only", "DefaultEndpointsProtocol=https;AccountName=fakeacct;EndpointSuffix=core.windows.net"),
     ("odbc without password", "Driver={ODBC Driver 18 for SQL Server};Server=db;Trusted_Connection=yes;"),
