@@ -20,7 +20,7 @@ of MB, so it is built to be linear and cheap on clean text:
 * judgement calls (placeholder? type hint? count? random or a camelCase name?)
   are made in Python on the few matches rather than in the regexes.
 
-tests/secret_corpus.py is the measure: 102 secrets in context, 85 look-alikes;
+tests/secret_corpus.py is the measure: 102 secrets in context, 88 look-alikes;
 bench/redaction_speed.py times clean, secret-laden and pathological text.
 
 The detectors follow detect-secrets (its AWS, Stripe, GitLab, npm and PyPI
@@ -185,8 +185,8 @@ def _whole(_: re.Match[str]) -> str:
 
 
 def _group(m: re.Match[str]) -> str:
-    """The match with only its group "s" redacted; a placeholder ($PASS, <REDACTED>) stays."""
-    if m.group("s").startswith(_PLACEHOLDER_STARTS):
+    """The match with only its group "s" redacted; a placeholder ($PASS, <REDACTED>, PASS) stays."""
+    if not _is_given(m.group("s")):
         return m.group(0)
     start, end = m.start("s") - m.start(), m.end("s") - m.start()
     return m.group(0)[:start] + REDACTED + m.group(0)[end:]
@@ -363,6 +363,8 @@ def _keep_value(name: str, value: str, sep: str, after: str, quoted: bool, confi
     password = "passw" in name.lower() or "pwd" in name.lower()
     if lowered in _NOT_VALUES or lowered in (name.lower(), name.rsplit(".", 1)[-1].lower()):
         return True  # literals, and password=password
+    if value.isupper() and lowered in _URL_PLACEHOLDERS:
+        return True  # documentation: AccountKey=SECRET, Pwd=PASSWORD
     if name.lower().endswith("pwd") and value.startswith(("/", "~", "./", "../")):
         return True  # PWD=/work/main, OLDPWD=~: a directory, not ODBC's Pwd=
     if _NUMBER.fullmatch(value) and not password:
@@ -370,8 +372,11 @@ def _keep_value(name: str, value: str, sep: str, after: str, quoted: bool, confi
     if quoted:
         if value[0] in "),;]}>" or (len(value) < 3 and not password):
             return True  # the quote closed a string rather than opened one: ("Password: "); "|"
-        # Prose, env var names and regexes are not credentials (a passphrase is).
-        return not password and (any(c.isspace() for c in value) or _SNAKE.fullmatch(value) is not None)
+        # Prose, env var and field names and regexes are not credentials (a passphrase is):
+        # "ANTHROPIC_API_KEY", ACCESS_KEY = 'AWSAccessKeyId'.
+        named = (_IDENTIFIER.fullmatch(value) is not None and _INNER_UPPER.search(value) is not None
+                 and any(h in lowered for h in _KEYWORD_HINTS))  # CamelCase naming a key; 'supersecret' is not
+        return not password and (any(c.isspace() for c in value) or _SNAKE.fullmatch(value) is not None or named)
     # Unquoted: mostly protect source code, which the agents read and then edit verbatim.
     next_char = after[:1]
     colon = sep.strip(" \t\"'\\*") == ":"
@@ -407,8 +412,8 @@ def _assign(m: re.Match[str], text: str) -> str | None:
         while start > 0 and m.start() - start < 64 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
             start -= 1
     name = text[start : m.end("rest")]
-    if not is_secret_name(name) and name.lower() != "pwd":
-        return None
+    if not is_secret_name(name) and not (name.lower() == "pwd" and orig("sep") in ("=", ":")):
+        return None  # a bare Pwd only as ODBC writes it, with = and no spaces ("pwd: the directory" is prose)
     line_prefix = text[text.rfind("\n", max(0, start - 200), start) + 1 : start]
     config_line = line_prefix.strip(" \t-*>{,([\"'") in ("", "export")
     sep = orig("sep")
@@ -444,7 +449,7 @@ def _assign(m: re.Match[str], text: str) -> str | None:
 # pattern per command, each starting with a literal that `re` scans for fast;
 # a command runs to the end of its line ("\" continuations included) or to |;&.
 _ARGS = r"(?P<args>(?:[^\n|;&\\]++|\\(?:\r?\n|.))*+)"
-_FLAG_VALUE = r"""(?:'(?P<sq>[^'\n]*+)'|"(?P<dq>[^"\n]*+)"|(?P<uv>[^\s'"]++))"""
+_FLAG_VALUE = r"""(?:'(?P<sq>[^'\n]*+)'|"(?P<dq>[^"\n]*+)"|(?P<uv>[^\s'"`]++))"""
 
 
 def _command(name: str, flag: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
@@ -461,6 +466,19 @@ _COMMANDS = (
 )
 
 
+def _is_given(value: str) -> bool:
+    """False for what documentation puts where a password goes ($PASS, <password>, -pPASSWORD) and for prose
+    ("sshpass -p and", "-p,")."""
+    lowered = value.lower()
+    return (
+        any(c.isalnum() for c in value)
+        and not value.startswith(_PLACEHOLDER_STARTS)
+        and REDACTED not in value
+        and lowered not in _URL_PLACEHOLDERS
+        and lowered not in _PROSE_WORDS
+    )
+
+
 def _redact_command_passwords(text: str) -> str:
     spans: list[tuple[int, int, str]] = []
     for command, flag in _COMMANDS:
@@ -470,9 +488,8 @@ def _redact_command_passwords(text: str) -> str:
                 if command is _COMMANDS[-1][0]:  # curl -u USER:PASS
                     colon = text.find(":", start, end)
                     start = colon + 1 if colon >= 0 else end
-                value = text[start:end]
-                if value and not value.startswith(_PLACEHOLDER_STARTS) and value.lower() not in _URL_PLACEHOLDERS:
-                    spans.append((start, end, REDACTED))  # not $PASS, <password>, -pPASSWORD (documentation)
+                if _is_given(text[start:end]):
+                    spans.append((start, end, REDACTED))
     return _splice(text, spans) if spans else text
 
 

@@ -307,6 +307,9 @@ NEGATIVES: list[tuple[str, str]] = [
     ("docker login stdin", "echo $TOKEN | docker login -u bob --password-stdin ghcr.io"),
     ("command docs", "mysql -u USER -pPASSWORD db\ncurl -u username:password https://api.example.com\n"
                      "redis-cli -a <password> ping"),
+    ("command docs in markdown", "`mysql -pPASS`, `curl -u user:PASS`; the `sshpass -p` and `redis-cli -a` flags"),
+    ("key names in code", "ACCESS_KEY = 'AWSAccessKeyId'\nSECRET_KEY = 'AWSSecretKey'"),
+    ("connection string docs", "azureblockblob://AccountKey=SECRET;... or Driver={x};Pwd=PASSWORD;"),
     ("hf camelcase name", "from transformers import 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"),
     ("machine learning prose", "the machine learning password is stored in the vault"),
     # connection strings without secrets
