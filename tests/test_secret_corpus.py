@@ -95,6 +95,10 @@ PATHOLOGICAL = [
     "AccountKey=" + "A" * 1_000_000,
     "SG." + "a" * 500_000 + "." + "b" * 500_000,
     "x" * 500_000 + "@" + "." * 500_000,
+    "machine h login u " * 50_000,  # a netrc entry that never reaches its password
+    "curl -u " * 120_000,
+    "hooks.slack.com/services/T" + "A" * 1_000_000,
+    "my password for " + "word " * 200_000,
 ]
 
 
