@@ -37,6 +37,7 @@ import logging
 import math
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -310,8 +311,14 @@ class AnthropicModel:
         return ceiling * self._rng.uniform(0.5, 1.0)
 
     def _scrub(self, text: str) -> str:
-        """Remove the API key from text that may have echoed it (error bodies, causes)."""
-        return text.replace(self._api_key, "<REDACTED>") if self._api_key else text
+        """Remove the API key from text that may have echoed it (error bodies, causes).
+
+        Only where it stands alone: a short key (a test's "x") inside a word or a
+        dotted name (`thinking.block_binding.prefix_mismatch_behavior`) is not it."""
+        if not self._api_key:
+            return text
+        alone = rf"(?<![\w.-]){re.escape(self._api_key)}(?![\w-]|\.\w)"
+        return re.sub(alone, "<REDACTED>", text)
 
 
 # -- request ---------------------------------------------------------------

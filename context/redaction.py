@@ -6,17 +6,22 @@ of MB, so it is built to be linear and cheap on clean text:
 * every pattern starts with a literal or a small set of first characters, which
   the regex engine scans for quickly, and quantifiers over long runs are
   possessive (``*+``, ``{m,n}+``) or bounded, so nothing backtracks
-  catastrophically (0.6-0.9 s for 20 MB of mixed code and JSON; up to
-  about 2 s when it holds secrets of many kinds, since every pattern that
-  replaces something copies the whole text once);
+  catastrophically (docs/benchmarks.md, "Redaction speed"; every pattern
+  that replaces something copies the whole text once, so text holding
+  secrets of many kinds costs more than clean text);
 * the ``NAME=value`` and prose-password rules run on a lower-cased copy of the
   text (case-insensitive regexes are several times slower in ``re``) and only
   when one of their keywords occurs at all (plain ``in`` checks);
 * the one shape with no literal to anchor on, a bare 40-character AWS secret
   access key, is searched for as a literal in a translated copy of the text
   (see ``_KEY_CHARS``), not with a regex that would try every word boundary;
+* passwords given to commands (``mysql -pPASS``, ``curl -u user:PASS``) are
+  found by one pattern per command, each starting with the command's name;
 * judgement calls (placeholder? type hint? count? random or a camelCase name?)
   are made in Python on the few matches rather than in the regexes.
+
+tests/secret_corpus.py is the measure: 102 secrets in context, 88 look-alikes;
+bench/redaction_speed.py times clean, secret-laden and pathological text.
 
 The detectors follow detect-secrets (its AWS, Stripe, GitLab, npm and PyPI
 prefixes; Shannon entropy with a threshold for keys without a prefix), but it
@@ -27,9 +32,10 @@ plugin imports ``requests`` to verify keys online, and it has no rule for a
 password given in prose ("my password is hunter2"), which this module adds.
 
 Redaction is best effort and leans towards keeping what agents must read and
-edit verbatim (source code, token counts, paths, hashes). ``redact`` is
-idempotent because no rule touches a value that is already ``<REDACTED>``, and
-each pass sees the text as the passes before it left it.
+edit verbatim (source code, token counts, paths, hashes, API error texts).
+``redact`` is idempotent because no rule touches a value that is already
+``<REDACTED>``, each pass sees the text as the passes before it left it, and
+the shape pass repeats when a replacement left a token standing alone.
 """
 
 from __future__ import annotations
@@ -64,18 +70,20 @@ def _splice(text: str, spans: list[tuple[int, int, str]]) -> str:
 # of these occurs in its lower-cased form. The lookaheads skip the look-alikes
 # that fill this project's own data (max_tokens, tokens_used, token_count,
 # tokenizer, author, authority) before they cost a Python call.
+# Factored by first letter: `re` tries every branch at each position that starts one.
 _KEYWORD = (
-    r"passw(?:or)?d|secret|credential|api[_-]?key|private[_-]?key"
+    r"p(?:assw(?:or)?d|wd|rivate[_-]?key)|secret|cred(?:ential|s?(?![a-z]))"
+    r"|a(?:(?:pi|cc(?:ount|ess))[_-]?key|uth(?!or(?!iz)))"
     r"|token(?!s|iz|[_-]?(?:count|usage|limit|budget|len|size|num))"
-    r"|auth(?!or(?!iz))"
 )
 # Cheap pre-check: one of these occurs (lower-cased) wherever _KEYWORD or _PROSE can match.
-_KEYWORD_HINTS = ("pass", "pwd", "secret", "credential", "key", "token", "auth")
+_KEYWORD_HINTS = ("pass", "pwd", "secret", "cred", "key", "token", "auth")
 # The decision on a whole name, in snake_case. "auth" only counts at the end
 # (auth, x_auth, authorization, auth_header), since auth_method, oauth_scope
-# or auth_enabled name settings, not credentials.
+# or auth_enabled name settings, not credentials. "creds" and "pwd" only as
+# words of the name (DOCKER_CREDS, DB_PWD; not sacred, OLDPWD).
 _SECRET_NAME = re.compile(
-    r"passw(?:or)?d|secret|credential|api_?key|private_?key"
+    r"passw(?:or)?d|(?<![a-z])pwd(?![a-z])|secret|credential|(?<![a-z])creds?(?![a-z])|(?:api|private|account|access)_?key"
     r"|token(?!s|iz|_?(?:count|usage|limit|budget|len|size|num))"
     r"|auth(?:orization|entication)?(?:_?(?:header|key|code|string|value|data|info))?$"
 )
@@ -99,8 +107,8 @@ def is_secret_name(name: str) -> bool:
     """
     last = name.strip("\"'`*- ").rsplit(".", 1)[-1]
     snake = _CAMEL.sub("_", last).lower().replace("-", "_")
-    if not snake or snake.endswith(_NOT_SECRET_SUFFIXES):
-        return False
+    if not snake or snake == "pwd" or snake.endswith(_NOT_SECRET_SUFFIXES):
+        return False  # PWD alone is the working directory (ODBC's Pwd= is _assign's, by its value)
     return _SECRET_NAME.search(snake) is not None
 
 
@@ -111,9 +119,9 @@ def is_secret_name(name: str) -> bool:
 # a block cut short by head+tail truncation still loses its body, and a stray
 # BEGIN can never make the engine scan the rest of a 50 MB text.
 _PEM = re.compile(
-    r"-----BEGIN (?:[A-Z0-9]++ ){0,3}PRIVATE KEY-----"
+    r"-----BEGIN (?:[A-Z0-9]++ ){0,3}PRIVATE KEY(?: BLOCK)?-----"
     r"(?:(?:\s|\\{1,2}[rn])*+(?:[A-Za-z0-9+/=]++|[A-Za-z-]++:[^\n\\]*+))*+"
-    r"(?:(?:\s|\\{1,2}[rn])*+-----END (?:[A-Z0-9]++ ){0,3}PRIVATE KEY-----)?"
+    r"(?:(?:\s|\\{1,2}[rn])*+-----END (?:[A-Z0-9]++ ){0,3}PRIVATE KEY(?: BLOCK)?-----)?"
 )
 # scheme://user:password@host: keep the user and the host.
 _URL_CREDS = re.compile(r"://(?P<user>[^\s/:@?#]{0,256}+):(?P<pw>[^\s/@?#]{1,256}+)@")
@@ -132,6 +140,34 @@ _GOOGLE = re.compile(r"AIza(?<![\w-]AIza)[A-Za-z0-9_-]{35}(?![\w-])")
 _GITLAB = re.compile(r"glpat-(?<![\w-]glpat-)[A-Za-z0-9_-]{20,}+")
 _NPM = re.compile(r"npm_(?<![\w-]npm_)[A-Za-z0-9]{36}(?![\w-])")
 _PYPI = re.compile(r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{40,}+")  # "pypi.org" in base64: every PyPI API token
+# Issuer prefixes with their documented lengths and alphabets (gitleaks' rules).
+_SLACK_APP = re.compile(r"xapp-(?<![\w-]xapp-)\d-[A-Za-z0-9-]{20,}+")
+_SENDGRID = re.compile(r"SG\.(?<![\w.]SG\.)[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![\w-])")
+_HUGGING_FACE = re.compile(r"hf_(?<!\whf_)[A-Za-z0-9]{34,}+")  # judged by _hugging_face
+_STRIPE_WEBHOOK = re.compile(r"whsec_(?<!\wwhsec_)[A-Za-z0-9]{24,}+")
+_SHOPIFY = re.compile(r"shp(?<!\wshp)(?:at|ss|ca|pa)_[a-fA-F0-9]{32}(?!\w)")
+_DIGITALOCEAN = re.compile(r"do(?<!\wdo)[opr]_v1_[a-f0-9]{64}(?!\w)")
+_DATABRICKS = re.compile(r"dapi(?<!\wdapi)[a-f0-9]{32}(?:-\d)?(?!\w)")
+_POSTMAN = re.compile(r"PMAK-(?<!\wPMAK-)[a-f0-9]{24}-[a-f0-9]{34}(?!\w)")
+_GRAFANA = re.compile(r"gl(?<!\wgl)(?:sa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|c_[A-Za-z0-9+/]{32,}+={0,2})(?![\w-])")
+_LINEAR = re.compile(r"lin_api_(?<!\wlin_api_)[A-Za-z0-9]{40}(?!\w)")
+_VAULT = re.compile(r"hv[sb]\.(?<![\w.]hv[sb]\.)[A-Za-z0-9_-]{24,}+")
+_AGE = re.compile(r"AGE-SECRET-KEY-1(?<![\w-]AGE-SECRET-KEY-1)[A-Z0-9]{58}(?![A-Za-z0-9])")
+_GOOGLE_OAUTH = re.compile(r"GOCSPX-(?<![\w-]GOCSPX-)[A-Za-z0-9_-]{28}(?![\w-])")
+_GOOGLE_ACCESS = re.compile(r"ya29\.(?<![\w.]ya29\.)[A-Za-z0-9_-]{20,}+")
+
+# Secrets inside URLs and config lines: only the group "s" goes, the rest stays.
+_SLACK_HOOK = re.compile(r"hooks\.slack\.com/services/(?P<s>T[A-Z0-9]{6,}+/B[A-Z0-9]{6,}+/[A-Za-z0-9]{16,}+)")
+_DISCORD_HOOK = re.compile(r"discord(?:app)?\.com/api/webhooks/\d{5,30}+/(?P<s>[A-Za-z0-9_-]{40,}+)")
+# Sentry DSNs: the project key is the user of the URL, with no password (which _URL_CREDS needs).
+_SENTRY_DSN = re.compile(r"://(?P<s>[0-9a-f]{32})(?::[0-9a-f]{32})?@")
+_AZURE_SAS = re.compile(r"sig=(?<=[?&]sig=)(?P<s>[A-Za-z0-9%+/=]{20,}+)")
+# ~/.netrc: "machine HOST login USER password PASS", on one line or several
+# (login required: "machine learning password is" is prose).
+_NETRC = re.compile(
+    r"machine[ \t]++\S++\s++login[ \t]++\S++(?:\s++(?:account|port)[ \t]++\S++)?+\s++password[ \t]++"
+    r"(?P<s>[^\s\"'`]++)"
+)
 
 # A bare AWS secret access key is 40 characters of this alphabet with nothing
 # around it to anchor a regex, and a regex trying every word boundary of a
@@ -145,6 +181,23 @@ _KEY_RUNS = re.compile(rb"a" * 40 + rb"a*+")  # a literal prefix: `re` searches 
 
 
 def _whole(_: re.Match[str]) -> str:
+    return REDACTED
+
+
+def _group(m: re.Match[str]) -> str:
+    """The match with only its group "s" redacted; a placeholder ($PASS, <REDACTED>, PASS) stays."""
+    if not _is_given(m.group("s")):
+        return m.group(0)
+    start, end = m.start("s") - m.start(), m.end("s") - m.start()
+    return m.group(0)[:start] + REDACTED + m.group(0)[end:]
+
+
+def _hugging_face(m: re.Match[str]) -> str:
+    # Tokens are 34 random letters; one case, or mostly lower-case words, is a name
+    # (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). 70% words: 0.06% of random tokens, measured.
+    body = m.group(0)[3:]
+    if body.islower() or body.isupper() or sum(len(w) for w in _WORDISH.findall(body)) >= 0.7 * len(body):
+        return m.group(0)
     return REDACTED
 
 
@@ -221,6 +274,8 @@ def _url(m: re.Match[str]) -> str:
     return f"://{m.group('user')}:{REDACTED}@"
 
 
+_GLUED = re.compile(r"<REDACTED>(?:(?<=[\w.-]<REDACTED>)|(?=[\w.-]))")
+
 _SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (_PEM, _whole),
     (_URL_CREDS, _url),
@@ -235,6 +290,25 @@ _SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (_GITLAB, _whole),
     (_NPM, _whole),
     (_PYPI, _whole),
+    (_SLACK_APP, _whole),
+    (_SENDGRID, _whole),
+    (_HUGGING_FACE, _hugging_face),
+    (_STRIPE_WEBHOOK, _sk),
+    (_SHOPIFY, _whole),
+    (_DIGITALOCEAN, _whole),
+    (_DATABRICKS, _whole),
+    (_POSTMAN, _whole),
+    (_GRAFANA, _whole),
+    (_LINEAR, _whole),
+    (_VAULT, _sk),
+    (_AGE, _whole),
+    (_GOOGLE_OAUTH, _whole),
+    (_GOOGLE_ACCESS, _whole),
+    (_SLACK_HOOK, _group),
+    (_DISCORD_HOOK, _group),
+    (_SENTRY_DSN, _group),
+    (_AZURE_SAS, _group),
+    (_NETRC, _group),
 )
 
 # --- NAME=value (searched in the lower-cased text) ---------------------------
@@ -286,16 +360,23 @@ def _keep_value(name: str, value: str, sep: str, after: str, quoted: bool, confi
     if not value or value.startswith(_PLACEHOLDER_STARTS):
         return True
     lowered = value.lower()
-    password = "passw" in name.lower()
+    password = "passw" in name.lower() or "pwd" in name.lower()
     if lowered in _NOT_VALUES or lowered in (name.lower(), name.rsplit(".", 1)[-1].lower()):
         return True  # literals, and password=password
+    if value.isupper() and lowered in _URL_PLACEHOLDERS:
+        return True  # documentation: AccountKey=SECRET, Pwd=PASSWORD
+    if name.lower().endswith("pwd") and value.startswith(("/", "~", "./", "../")):
+        return True  # PWD=/work/main, OLDPWD=~: a directory, not ODBC's Pwd=
     if _NUMBER.fullmatch(value) and not password:
         return True  # "token: 1200" is a count; a numeric password is still a password
     if quoted:
         if value[0] in "),;]}>" or (len(value) < 3 and not password):
             return True  # the quote closed a string rather than opened one: ("Password: "); "|"
-        # Prose, env var names and regexes are not credentials (a passphrase is).
-        return not password and (any(c.isspace() for c in value) or _SNAKE.fullmatch(value) is not None)
+        # Prose, env var and field names and regexes are not credentials (a passphrase is):
+        # "ANTHROPIC_API_KEY", ACCESS_KEY = 'AWSAccessKeyId'.
+        named = (_IDENTIFIER.fullmatch(value) is not None and _INNER_UPPER.search(value) is not None
+                 and any(h in lowered for h in _KEYWORD_HINTS))  # CamelCase naming a key; 'supersecret' is not
+        return not password and (any(c.isspace() for c in value) or _SNAKE.fullmatch(value) is not None or named)
     # Unquoted: mostly protect source code, which the agents read and then edit verbatim.
     next_char = after[:1]
     colon = sep.strip(" \t\"'\\*") == ":"
@@ -331,8 +412,8 @@ def _assign(m: re.Match[str], text: str) -> str | None:
         while start > 0 and m.start() - start < 64 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
             start -= 1
     name = text[start : m.end("rest")]
-    if not is_secret_name(name):
-        return None
+    if not is_secret_name(name) and not (name.lower() == "pwd" and orig("sep") in ("=", ":")):
+        return None  # a bare Pwd only as ODBC writes it, with = and no spaces ("pwd: the directory" is prose)
     line_prefix = text[text.rfind("\n", max(0, start - 200), start) + 1 : start]
     config_line = line_prefix.strip(" \t-*>{,([\"'") in ("", "export")
     sep = orig("sep")
@@ -360,6 +441,58 @@ def _assign(m: re.Match[str], text: str) -> str | None:
     return head + text[m.end("sep") : m.start("uv")] + REDACTED
 
 
+# --- passwords given to commands as short flags -----------------------------
+
+# Each command's own flag: mysql's -pPASS (only glued: "-p db" prompts, and db
+# is the database), sshpass -p, redis-cli -a, docker/podman login -p and curl
+# -u USER:PASS (only PASS goes). Long flags (--password=x) are _ASSIGN's. One
+# pattern per command, each starting with a literal that `re` scans for fast;
+# a command runs to the end of its line ("\" continuations included) or to |;&.
+_ARGS = r"(?P<args>(?:[^\n|;&\\]++|\\(?:\r?\n|.))*+)"
+_FLAG_VALUE = r"""(?:'(?P<sq>[^'\n]*+)'|"(?P<dq>[^"\n]*+)"|(?P<uv>[^\s'"`]++))"""
+
+
+def _command(name: str, flag: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    return re.compile(rf"{name}(?![\w-]){_ARGS}"), re.compile(rf"(?<=[ \t]){flag}{_FLAG_VALUE}")
+
+
+_COMMANDS = (
+    _command(r"mysql(?<![\w.-]mysql)\w*+", "-p"),
+    _command(r"mariadb(?<![\w.-]mariadb)[\w-]*+", "-p"),
+    _command(r"sshpass(?<![\w.-]sshpass)", r"-p[ \t]*+"),
+    _command(r"redis-cli(?<![\w.-]redis-cli)", r"-a[ \t]++"),
+    _command(r"login(?<=(?:docker|podman) login)", r"-p[ \t]++"),
+    _command(r"curl(?<![\w.-]curl)", r"(?:-u[ \t]*+|--user[ \t=]++)"),
+)
+
+
+def _is_given(value: str) -> bool:
+    """False for what documentation puts where a password goes ($PASS, <password>, -pPASSWORD) and for prose
+    ("sshpass -p and", "-p,")."""
+    lowered = value.lower()
+    return (
+        any(c.isalnum() for c in value)
+        and not value.startswith(_PLACEHOLDER_STARTS)
+        and REDACTED not in value
+        and lowered not in _URL_PLACEHOLDERS
+        and lowered not in _PROSE_WORDS
+    )
+
+
+def _redact_command_passwords(text: str) -> str:
+    spans: list[tuple[int, int, str]] = []
+    for command, flag in _COMMANDS:
+        for found in command.finditer(text):
+            for value in flag.finditer(text, found.start("args"), found.end("args")):
+                start, end = next(value.span(g) for g in ("sq", "dq", "uv") if value.start(g) >= 0)
+                if command is _COMMANDS[-1][0]:  # curl -u USER:PASS
+                    colon = text.find(":", start, end)
+                    start = colon + 1 if colon >= 0 else end
+                if _is_given(text[start:end]):
+                    spans.append((start, end, REDACTED))
+    return _splice(text, spans) if spans else text
+
+
 # --- passwords in prose (searched in the lower-cased text) -----------------
 
 # "my password is hunter2", "pwd was s3cr3t!", "the passphrase is correct horse".
@@ -369,10 +502,15 @@ def _assign(m: re.Match[str], text: str) -> str | None:
 # checked in Python (_prose).
 _PROSE = re.compile(
     r"""
-    (?P<kw>p(?:ass(?:w(?:or)?d|phrase|code)|wd))
+    # not after a letter or digit (getpwd, bypassword): checked here, so that such a
+    # match cannot swallow a real one after it ("xpassword for ... db_password is x")
+    (?P<kw>p(?<![^\W_]p)(?:ass(?:w(?:or)?d|phrase|code)|wd))
+    # "for the admin account", "on db-1": up to four words, fewest first (at most 8 tries)
+    (?:[ \t]++(?P<for>for|of|on)(?:[ \t]++[\w.@'-]++){1,4}?)?
     (?:'s|[ \t]++(?:is|was|has[ \t]been|will[ \t]be|should[ \t]be)
         (?:[ \t]++(?:now|still|set[ \t]to|changed[ \t]to))?+
-      |[ \t]++(?:set|changed)[ \t]++to)
+      |[ \t]++(?:set|changed)[ \t]++to
+      |(?(for)[ \t]*+:|(?!)))                            # "password for the VPN: x" (a bare colon is _ASSIGN's)
     [ \t]++
     # a lookahead, so that a keyword inside the value ("password is password is x") is still found
     (?=(?P<q>["'`])(?P<qv>[^"'`\n]{1,256}+)(?P=q)|(?P<uv>\S{1,256}+))
@@ -414,8 +552,6 @@ def _prose_value_is_secret(value: str, quoted: bool) -> bool:
 
 def _prose(m: re.Match[str], text: str, lowered: str) -> tuple[int, int] | None:
     """The span of the password in one _PROSE match, or None when it is prose after all."""
-    if m.start() > 0 and lowered[m.start() - 1].isalnum():
-        return None  # getpwd, bypassword
     if m.start("qv") >= 0:
         start, end = m.span("qv")
         return (start, end) if _prose_value_is_secret(text[start:end], True) else None
@@ -468,12 +604,18 @@ def redact(text: str) -> str:
     """
     if not text:
         return text
-    for pattern, repl in _SHAPES:
-        new = pattern.sub(repl, text)
-        if new != text:  # re.sub hands back the same object when nothing matched
-            text = new
+    for _ in range(3):
+        before = text
+        for pattern, repl in _SHAPES:
+            new = pattern.sub(repl, text)
+            if new != text:  # a match kept as it was still makes a new object: keep the old one
+                text = new
+        # A token glued to one replaced after it ("AIza...pypi-...") only stands alone now.
+        if text is before or not _GLUED.search(text):
+            break
     # After the named shapes, so a key id or token found above is not judged again.
     text = _redact_aws_secrets(text)
+    text = _redact_command_passwords(text)
     # Last, so values already redacted above are recognised and left alone.
     return _redact_names(text)
 

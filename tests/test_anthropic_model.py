@@ -409,6 +409,24 @@ def test_errors_never_contain_the_key(reply):
     assert err.value.__cause__ is None and err.value.__context__ is None  # no SDK error (with the header) chained
 
 
+PREFIX_MISMATCH = (
+    "messages.1.content.0: Invalid `signature` in `thinking` block. The block is bound to a different conversation. "
+    "Remove the block, or set `thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\"."
+)
+
+
+def test_a_short_key_does_not_corrupt_error_texts():
+    # A test's or a placeholder's key ("x") used to be replaced inside every word:
+    # "prefi<REDACTED>_mismatch_behavior". Only the key standing alone is scrubbed.
+    api = FakeApi(api_error(400, "invalid_request_error", f"{PREFIX_MISMATCH} Your key: x."))
+    client = httpx2.Client(transport=httpx2.MockTransport(api))
+    model = AnthropicModel(api_key="x", http_client=client, sleep=_no_sleep, rng=Rng())
+    with pytest.raises(ModelError) as err:
+        model.create(request())
+    assert PREFIX_MISMATCH in str(err.value)
+    assert "Your key: <REDACTED>." in str(err.value)
+
+
 def test_key_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     api = FakeApi(ok(TEXT_BODY))

@@ -154,6 +154,8 @@ def test_near_misses_are_untouched(text: str) -> None:
         ("password", True), ("DB_PASSWD", True), ("api_key", True), ("apiKey", True), ("x-api-key", True),
         ("client_secret", True), ("GITHUB_TOKEN", True), ("access_token", True), ("Authorization", True),
         ("private_key", True), ("aws_credentials", True), ("auth", True),
+        ("DB_PWD", True), ("DOCKER_CREDS", True), ("AccountKey", True), ("SharedAccessKey", True),
+        ("PWD", False), ("OLDPWD", False), ("creds_file", False), ("sacred", False), ("SharedAccessKeyName", False),
         ("max_tokens", False), ("tokens", False), ("input_tokens", False), ("token_count", False),
         ("tokens_used", False), ("tokenizer", False), ("author", False), ("authority", False),
         ("token_url", False), ("private_key_path", False), ("name", False), ("", False),
@@ -277,6 +279,11 @@ FRAGMENTS = [text for text, _ in SECRETS] + NEAR_MISSES + [
     # the bare AWS secret and prose rules: values glued to keys, quotes and redactions
     AWS_SECRET, AWS_SECRET[:39], "+", "/", "\\n", "my password is ", "passphrase is ", "pwd was ", "hunter2",
     "correct horse", "password's ", "`", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "AIzaSyBn7Ck1_Xq4mZ8pL2vT9wR6yU3sE0aD5fG",
+    # the command, URL and prose-with-"for" rules: flags, quotes and values glued to each other
+    "mysql ", "-p", "-pS3cr3t9", " -u ", "admin:", "curl ", "sshpass -p ", "redis-cli -a ", "docker login -p ", "'",
+    "password for the vpn", " is ", ": ", "AccountKey=", "Pwd=", "PWD=/work", "DOCKER_CREDS=", ";",
+    "https://hooks.slack.com/services/T0ABCDEF12/B0ABCDEF34/abcdEFGHijklMNOP1234", "://0123456789abcdef0123456789abcdef@",
+    "machine h login u password ", "sig=", "?", "hf_abcdEFGHijklMNOPqrstUVWXyzABCDefgh",
 ]
 
 
