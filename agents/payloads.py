@@ -236,6 +236,7 @@ def _payload_schema(kind: str) -> dict[str, Any]:
 
 
 __all__ = [
-    "AcceptanceCriteria", "ExecuteToInit", "FailuresPerLayer", "InitToExecute", "MAX_PAYLOAD_BYTES", "Payload",
-    "PayloadError", "Totals", "parse_payload", "parse_payload_dict", "payload_dict", "payload_json_schema", "render_payload",
+    "MAX_PAYLOAD_BYTES", "AcceptanceCriteria", "ExecuteToInit", "FailuresPerLayer", "InitToExecute", "Payload",
+    "PayloadError", "Totals", "parse_payload", "parse_payload_dict", "payload_dict", "payload_json_schema",
+    "render_payload",
 ]

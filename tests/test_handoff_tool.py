@@ -112,7 +112,8 @@ def test_a_claimed_success_rate_is_refused_naming_each_figure(tmp_path):
                         failures_per_layer={"L1": 0})
     error = SubmitHandoff("execute").run({"payload": everything}, ctx).error
     for figure in ("success_rate: claimed 1.0", "totals.passed: claimed 10, report.json says 8",
-                   "totals.failed: claimed 0, report.json says 2", "failures_per_layer.L1: claimed 0, report.json says 1",
+                   "totals.failed: claimed 0, report.json says 2",
+                   "failures_per_layer.L1: claimed 0, report.json says 1",
                    "failures_per_layer.L3: claimed 0, report.json says 1"):
         assert figure in error, figure
     assert SubmitHandoff("execute").run({"payload": _claim()}, ctx).status == "ok"
@@ -140,5 +141,6 @@ def test_an_oversized_payload_is_refused_and_nothing_written(tmp_path):
     _report(tmp_path)
     huge = _claim(recommendation="x" * (MAX_PAYLOAD_BYTES + 1))
     result = SubmitHandoff("execute").run({"payload": huge}, ToolContext(tmp_path, "execute", 1))
-    assert result.status == "error" and f"{MAX_PAYLOAD_BYTES:,}" in result.error and "nothing was written" in result.error
+    assert result.status == "error" and f"{MAX_PAYLOAD_BYTES:,}" in result.error
+    assert "nothing was written" in result.error
     assert not (tmp_path / "handoffs").exists()

@@ -1,9 +1,10 @@
 """``SubmitHandoff``: the only way an agent ends its turn (docs/agents.md, "Tools").
 
 The payload is validated with the models of ``agents.payloads`` and checked
-against the folder (the files it names exist; every figure the evaluation report holds,
-success_rate included, equals the report's: ``agents.handoff_figures``); an invalid payload comes back as a tool error naming each
-problem, so the model fixes it and calls again. An accepted payload is written
+against the folder (the files it names exist; every figure the evaluation report
+holds, success_rate included, equals the report's: ``agents.handoff_figures``);
+an invalid payload comes back as a tool error naming each problem, so the model
+fixes it and calls again. An accepted payload is written
 atomically to ``handoffs/iteration_<n>/<kind>_context.json``.
 """
 
