@@ -28,15 +28,21 @@ class Policy(BaseModel):
     batch: int = Field(5, ge=1, le=MAX_COUNT, description="B: steps compressed at a time (hysteresis)")
     # B, the start size and the payback horizon were chosen by bench/context_replay.py
     # (docs/benchmarks.md): the best worst case over the three recorded data sets.
-    start_tokens: int = Field(10_000, ge=0, le=MAX_TOKENS, description="layers 3 and 4 wait until the context passes this")
+    start_tokens: int = Field(
+        10_000, ge=0, le=MAX_TOKENS, description="layers 3 and 4 wait until the context passes this"
+    )
     payback_calls: int = Field(
         30, ge=0, le=MAX_COUNT,
         description="compress a batch only if its saving repays the cache rewrite within this many calls (0: always)",
     )
     max_tokens: int = Field(8_192, gt=0, le=MAX_TOKENS, description="output reserved in the window (rule 3)")
-    result_cap_chars: int = Field(40_000, gt=0, le=MAX_CHARS, description="verbatim results over this are cut to head + tail")
+    result_cap_chars: int = Field(
+        40_000, gt=0, le=MAX_CHARS, description="verbatim results over this are cut to head + tail"
+    )
     kept_cap_chars: int = Field(5_000, gt=0, le=MAX_CHARS, description="cap for results of steps kept by a compaction")
-    read_lines: int = Field(10, ge=0, le=MAX_COUNT, description="lines of an older Read result kept in its compressed form")
+    read_lines: int = Field(
+        10, ge=0, le=MAX_COUNT, description="lines of an older Read result kept in its compressed form"
+    )
     opening_cap_chars: int = Field(
         10_000, ge=0, le=MAX_CHARS,
         description="after a compaction, the opening of the round it cut is pinned after the summary, "
