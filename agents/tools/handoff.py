@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agents.handoff_figures import figure_differences
 from agents.payloads import (
     ExecuteToInit,
     InitToExecute,
@@ -21,7 +22,6 @@ from agents.payloads import (
     payload_dict,
     payload_json_schema,
 )
-from agents.handoff_figures import figure_differences
 from agents.role import Role
 from agents.tools.base import ToolContext, ToolResult, error, ok
 from scenarios.store import Layout, StoreError, json_text, read_json, relative
