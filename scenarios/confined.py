@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from scenarios.lease import Lease
-from scenarios.store import StoreError, landing
+from scenarios.store import StoreError, checked_relative, landing
 
 Parts = tuple[str, ...]
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -59,17 +59,7 @@ class Refused(StoreError):
 def split(relative: str) -> Parts:
     """A model-given path as its components ('.' and empty ones dropped; '\\' counts as '/'); StoreError for an
     absolute path, '..' or a NUL byte. ``()`` is the folder itself."""
-    text = str(relative).strip()
-    if not text:
-        raise StoreError("empty path; give a path relative to the scenario folder")
-    if "\x00" in text:
-        raise StoreError("path contains a NUL byte")
-    if text.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", text):
-        raise StoreError(f"{text!r} is absolute; give a path relative to the scenario folder")
-    parts = [p for p in re.split(r"[\\/]", text) if p not in ("", ".")]
-    if ".." in parts:
-        raise StoreError(f"{text!r} contains '..'; paths must stay inside the scenario folder")
-    return tuple(parts)
+    return tuple(p for p in re.split(r"[\\/]", checked_relative(relative)) if p not in ("", "."))
 
 
 def shown(parts: Sequence[str]) -> str:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar
 
 from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, bool_input, ok, string_input
 from agents.tools.listing import check_glob, glob_regex
-from agents.tools.paths import components, is_binary, walk_files
+from agents.tools.paths import existing, is_binary, walk_files
 from scenarios import confined
 from scenarios.confined import Parts, shown
 
@@ -101,13 +100,9 @@ class GrepTool(FileTool):
 
     @staticmethod
     def _files(tool_input: dict[str, Any], ctx: ToolContext) -> list[Parts]:
-        target, rel = components(string_input(tool_input, "path", default="."))
-        st = confined.lstat(ctx.root, target)
-        if st is None:
-            raise ToolInputError(f"path not found: {rel}; use LS or Glob to see what exists")
-        if stat.S_ISLNK(st.st_mode):
-            raise ToolInputError(confined.symlink_message(rel))
-        if not stat.S_ISDIR(st.st_mode):
+        raw = string_input(tool_input, "path", default=".")
+        target, _, is_dir = existing(ctx, raw, "path not found: {rel}; use LS or Glob to see what exists")
+        if not is_dir:
             return [target]
         if tool_input.get("glob") is None:
             return list(walk_files(ctx, target))

@@ -89,15 +89,22 @@ def opened(ctx: ToolContext, raw: str) -> Iterator[tuple[BinaryIO, str, os.stat_
         ) from None
 
 
-def directory(ctx: ToolContext, raw: str) -> tuple[Parts, str]:
-    """A model-given path that must be an existing directory."""
+def existing(ctx: ToolContext, raw: str, missing: str) -> tuple[Parts, str, bool]:
+    """A model-given path to a file or folder that exists and is no symlink, and whether it is a folder.
+    ``missing`` is the error when nothing is there ({rel} is filled in)."""
     parts, rel = components(raw)
     st = confined.lstat(ctx.root, parts)
     if st is None:
-        raise ToolInputError(f"directory not found: {rel}; use LS on its parent to see what exists")
+        raise ToolInputError(missing.format(rel=rel))
     if stat.S_ISLNK(st.st_mode):
         raise ToolInputError(confined.symlink_message(rel))
-    if not stat.S_ISDIR(st.st_mode):
+    return parts, rel, stat.S_ISDIR(st.st_mode)
+
+
+def directory(ctx: ToolContext, raw: str) -> tuple[Parts, str]:
+    """A model-given path that must be an existing directory."""
+    parts, rel, is_dir = existing(ctx, raw, "directory not found: {rel}; use LS on its parent to see what exists")
+    if not is_dir:
         raise ToolInputError(f"{rel} is a file, not a directory; use Read to read it")
     return parts, rel
 
