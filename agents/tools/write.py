@@ -153,10 +153,13 @@ class EditTool(FileTool):
         if text is None:
             raise ToolInputError(f"{rel} is binary or not UTF-8 text; Edit works on text files only")
         count = self._check_count(text, old_string, rel, replace_all)
+        # The size after the edit, known before it is made: replace_all of a short string could grow the file a
+        # thousandfold in memory first.
+        growth = count * (len(new_string.encode("utf-8", "replace")) - len(old_string.encode("utf-8", "replace")))
+        _check_size(st.st_size + growth, f"after this edit {rel} would be")
         external = changed_since_seen(ctx, rel, st.st_mtime)
         new_text = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
         raw = new_text.encode("utf-8", errors="replace")
-        _check_size(len(raw), f"after this edit {rel} would be")
         ctx.files.write(ctx.root.joinpath(*parts), raw)
         seen_mtimes(ctx)[rel] = _mtime(ctx, parts)
         data = {"path": rel, "applied": True, "replacements": count, "diff": _diff(text, new_text)}
