@@ -15,6 +15,7 @@ import pytest
 
 from agents.tools.base import ToolContext, ToolResult, run_tool
 from agents.tools.registry import FILE_TOOLS
+from agents.tools.todo import MAX_TODO_CHARS, MAX_TODOS
 from agents.tools.write import MAX_FILE_BYTES
 from scenarios.journal import Journal
 
@@ -168,3 +169,12 @@ def test_writes_and_edits_are_bounded(scenario):
     blowup = call(ctx, "Edit", path="a.txt", old_string="a", new_string="a" * 8192, replace_all=True)
     assert blowup.status == "error" and f"{MAX_FILE_BYTES:,}" in blowup.error
     assert (scenario / "a.txt").read_text() == "ab" * 1024
+
+
+def test_the_todo_list_is_bounded(scenario):
+    ctx = ToolContext(root=scenario, agent="execute", iteration=1)
+    assert call(ctx, "TodoWrite", todos=[{"content": "plan", "status": "pending"}]).status == "ok"
+    many = call(ctx, "TodoWrite", todos=[{"content": f"t{i}", "status": "pending"} for i in range(MAX_TODOS + 1)])
+    long = call(ctx, "TodoWrite", todos=[{"content": "x" * (MAX_TODO_CHARS + 1), "status": "pending"}])
+    assert "over the limit" in many.error and "over the limit" in long.error
+    assert ctx.memory["todos"] == [{"content": "plan", "status": "pending"}]  # unchanged

@@ -7,6 +7,9 @@ from typing import Any, ClassVar
 from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, ok
 
 TODO_STATUSES = ("pending", "in_progress", "completed")
+# The list ends every request (the context's todo recap), so its size is paid on every call: a plan, not a document.
+MAX_TODOS = 100
+MAX_TODO_CHARS = 1_000
 
 
 class TodoWriteTool(FileTool):
@@ -40,6 +43,9 @@ class TodoWriteTool(FileTool):
         todos = tool_input.get("todos")
         if not isinstance(todos, list):
             raise ToolInputError("input 'todos' must be a list of {content, status} objects")
+        if len(todos) > MAX_TODOS:
+            raise ToolInputError(f"{len(todos)} todos is over the limit of {MAX_TODOS} (the list ends every request); "
+                                 "merge items or drop completed ones. The list was not changed")
         items = [self._item(i, t) for i, t in enumerate(todos, start=1)]
         ctx.memory["todos"] = items
         return ok({"todos": items})
@@ -51,6 +57,9 @@ class TodoWriteTool(FileTool):
         content, status = todo.get("content"), todo.get("status", "pending")
         if not isinstance(content, str) or not content.strip():
             raise ToolInputError(f"todo #{index} needs a non-empty 'content' string")
+        if len(content) > MAX_TODO_CHARS:
+            raise ToolInputError(f"todo #{index} is {len(content):,} characters, over the limit of {MAX_TODO_CHARS:,}; "
+                                 "keep an item to a line and put details in a file. The list was not changed")
         if status not in TODO_STATUSES:
             raise ToolInputError(f"todo #{index} has status {status!r}; use one of {', '.join(TODO_STATUSES)}")
         return {"content": content.strip(), "status": status}
