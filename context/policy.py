@@ -28,8 +28,8 @@ class Policy(BaseModel):
     batch: int = Field(5, ge=1, le=MAX_COUNT, description="B: steps compressed at a time (hysteresis)")
     # B, the start size and the payback horizon were chosen by bench/context_replay.py
     # (docs/benchmarks.md): the best worst case over the three recorded data sets.
-    start_tokens: int = Field(
-        10_000, ge=0, le=MAX_TOKENS, description="layers 3 and 4 wait until the context passes this"
+    start_tokens: int = Field(  # a start beyond any window (1e9) is a way to say "never"
+        10_000, ge=0, le=MAX_TOKENS * 100_000, description="layers 3 and 4 wait until the context passes this"
     )
     payback_calls: int = Field(
         30, ge=0, le=MAX_COUNT,

@@ -9,7 +9,7 @@ from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult,
 TODO_STATUSES = ("pending", "in_progress", "completed")
 # The list ends every request (the context's todo recap), so its size is paid on every call: a plan, not a document.
 MAX_TODOS = 100
-MAX_TODO_CHARS = 1_000
+MAX_TODO_CHARS = 20_000  # the whole list's text: some 5k tokens
 
 
 class TodoWriteTool(FileTool):
@@ -47,6 +47,11 @@ class TodoWriteTool(FileTool):
             raise ToolInputError(f"{len(todos)} todos is over the limit of {MAX_TODOS} (the list ends every request); "
                                  "merge items or drop completed ones. The list was not changed")
         items = [self._item(i, t) for i, t in enumerate(todos, start=1)]
+        size = sum(len(item["content"]) for item in items)
+        if size > MAX_TODO_CHARS:
+            raise ToolInputError(f"the todos hold {size:,} characters, over the limit of {MAX_TODO_CHARS:,} (the list "
+                                 "ends every request); keep an item to a line and put details in a file. "
+                                 "The list was not changed")
         ctx.memory["todos"] = items
         return ok({"todos": items})
 
@@ -57,9 +62,6 @@ class TodoWriteTool(FileTool):
         content, status = todo.get("content"), todo.get("status", "pending")
         if not isinstance(content, str) or not content.strip():
             raise ToolInputError(f"todo #{index} needs a non-empty 'content' string")
-        if len(content) > MAX_TODO_CHARS:
-            raise ToolInputError(f"todo #{index} is {len(content):,} characters, over the limit of {MAX_TODO_CHARS:,}; "
-                                 "keep an item to a line and put details in a file. The list was not changed")
         if status not in TODO_STATUSES:
             raise ToolInputError(f"todo #{index} has status {status!r}; use one of {', '.join(TODO_STATUSES)}")
         return {"content": content.strip(), "status": status}
