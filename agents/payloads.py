@@ -23,7 +23,7 @@ from context.redaction import redact_value
 
 # A payload is a summary that points at files (design_files, execution_output_dir), and it opens the other
 # agent's next turn whole: 64 KiB is some 16k tokens, under a tenth of Init's 200k window and far above the
-# few kilobytes a real handoff takes (the refund_desk script's are 1-3 KB). More belongs in a file it names.
+# few kilobytes a real handoff takes (the refund_desk script's are under 1.7 KB). More belongs in a file it names.
 MAX_PAYLOAD_BYTES = 64 * 1024
 
 
