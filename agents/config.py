@@ -48,6 +48,16 @@ BUILT_IN = "built-in default"
 # environment strings are parsed explicitly before they get here.
 _STRICT = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
+# Upper bounds that every use accepts: a time limit becomes RLIMIT_CPU seconds and a poll() timeout in
+# milliseconds (a C int: about 24 days), a memory limit becomes RLIMIT_AS bytes (an unsigned 64-bit
+# number), counts become list sizes. `eval_timeout_s = 1e300` or `eval_memory_mb = 2**63-1` is a setting's
+# mistake named with its source, not an OverflowError in the middle of an evaluation.
+MAX_SECONDS = 86_400.0  # a day
+MAX_MEMORY_MB = 1_048_576  # 1 TiB
+MAX_CHARS = 100_000_000
+MAX_TOKENS = 10_000_000  # ten times today's largest window
+MAX_STEPS = 100_000
+
 
 class ConfigError(ValueError):
     """A setting is invalid; the message names the setting, its value and its source."""
@@ -68,11 +78,12 @@ class ModelSettings(BaseModel):
     temperature: float | None = Field(None, ge=0, le=1, description="None: the API default")
     # The summary itself is asked to stay within 4,000 tokens; thinking is billed as output and counts
     # against max_tokens too, so the call gets room for both.
-    summary_max_tokens: int = Field(16_000, gt=0, description="output of a compaction summary, thinking included")
+    summary_max_tokens: int = Field(16_000, gt=0, le=MAX_TOKENS,
+                                    description="output of a compaction summary, thinking included")
     summary_temperature: float = Field(0.0, ge=0, le=1)
-    summary_timeout_s: float = Field(120.0, gt=0, description="after this the summary falls back")
+    summary_timeout_s: float = Field(120.0, gt=0, le=MAX_SECONDS, description="after this the summary falls back")
     # The model's own output limit, from the catalogue when the model is resolved; None: not known (offline).
-    max_output_tokens: int | None = Field(None, gt=0, description="the model's largest max_tokens")
+    max_output_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS, description="the model's largest max_tokens")
     # How the model thinks (agents/thinking.py). Every request names it, the summary's included: a change of
     # the thinking parameters or of effort invalidates the cached message blocks.
     thinking: Thinking = Field("adaptive", description="adaptive, between_tools (Sonnet 5.5 only) or off")
@@ -92,10 +103,10 @@ class ToolSettings(BaseModel):
 
     bash_enabled: bool = Field(False, description="the Bash tool is off by default, enabled per role")
     bash_sandbox: BashSandbox = Field("bwrap", description="bwrap, or none to run Bash unconfined")
-    bash_timeout_s: float = Field(60.0, gt=0)
-    output_cap_chars: int = Field(30_000, gt=0, description="tool output kept per call")
-    eval_timeout_s: float = Field(10.0, gt=0, description="time limit per evaluated sample")
-    eval_memory_mb: int = Field(512, gt=0, description="memory limit per evaluated sample")
+    bash_timeout_s: float = Field(60.0, gt=0, le=MAX_SECONDS)
+    output_cap_chars: int = Field(30_000, gt=0, le=MAX_CHARS, description="tool output kept per call")
+    eval_timeout_s: float = Field(10.0, gt=0, le=MAX_SECONDS, description="time limit per evaluated sample")
+    eval_memory_mb: int = Field(512, gt=0, le=MAX_MEMORY_MB, description="memory limit per evaluated sample")
 
 
 SECTIONS: dict[str, type[BaseModel]] = {"model": ModelSettings, "context": Policy, "tools": ToolSettings}
@@ -168,7 +179,7 @@ class AgentConfig(BaseModel):
 
     role: Role
     queue: str = Field(min_length=1, description="Celery queue of the agent's steps")
-    max_steps_per_turn: int = Field(150, ge=1)
+    max_steps_per_turn: int = Field(150, ge=1, le=MAX_STEPS)
     model: ModelSettings
     context: Policy
     tools: ToolSettings = Field(default_factory=ToolSettings)

@@ -20,6 +20,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from context.redaction import redact_value
 
+# A payload is a summary that points at files (design_files, execution_output_dir), and it opens the other
+# agent's next turn whole: 64 KiB is some 16k tokens, under a tenth of Init's 200k window and far above the
+# few kilobytes a real handoff takes (the refund_desk script's are under 1.7 KB). More belongs in a file it names.
+MAX_PAYLOAD_BYTES = 64 * 1024
+
 
 def _retry(what: str) -> str:
     return f"Fix {what} and call SubmitHandoff again."
@@ -158,6 +163,13 @@ def parse_payload_dict(kind: str, data: Any) -> Payload:
         got = type(data).__name__
         raise PayloadError(f"the {kind} payload must be a JSON object, got {got}. {_retry('the payload')}")
     kind = model.model_fields["kind"].default
+    size = len(json.dumps(data, ensure_ascii=False, default=str).encode("utf-8"))
+    if size > MAX_PAYLOAD_BYTES:
+        raise PayloadError(
+            f"the {kind} payload is {size:,} bytes of JSON, over the limit of {MAX_PAYLOAD_BYTES:,} (it opens the "
+            "other agent's turn whole); nothing was written. Keep the fields to summaries and put long text in a "
+            f"file of the scenario folder that the payload names. {_retry('the payload')}"
+        )
     try:
         return model.model_validate({"kind": kind, **data})
     except ValidationError as exc:
@@ -223,6 +235,7 @@ def _payload_schema(kind: str) -> dict[str, Any]:
 
 
 __all__ = [
-    "AcceptanceCriteria", "ExecuteToInit", "FailuresPerLayer", "InitToExecute", "Payload", "PayloadError",
-    "Totals", "parse_payload", "parse_payload_dict", "payload_dict", "payload_json_schema", "render_payload",
+    "MAX_PAYLOAD_BYTES", "AcceptanceCriteria", "ExecuteToInit", "FailuresPerLayer", "InitToExecute", "Payload",
+    "PayloadError", "Totals", "parse_payload", "parse_payload_dict", "payload_dict", "payload_json_schema",
+    "render_payload",
 ]

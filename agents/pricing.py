@@ -40,12 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class Rates(BaseModel):
     """US dollars per million tokens, by kind."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_write: float = Field(ge=0)
-    cache_read: float = Field(ge=0)
+    # A million dollars per million tokens is far above any price: a bound so a typo cannot make spend infinite.
+    input: float = Field(ge=0, le=1_000_000)
+    output: float = Field(ge=0, le=1_000_000)
+    cache_write: float = Field(ge=0, le=1_000_000)
+    cache_read: float = Field(ge=0, le=1_000_000)
 
 
 class Price(Rates):

@@ -80,7 +80,7 @@ class ScenarioConfig(BaseModel):
     name: str = Field(min_length=1)
     description: str = ""
     target_success_rate: float = Field(0.85, ge=0, le=1)
-    max_iterations: int = Field(3, ge=1)
+    max_iterations: int = Field(3, ge=1, le=1_000)
     profile: str | None = None
     agents: dict[str, Any] = Field(default_factory=dict)
     prices: dict[str, Price] = Field(default_factory=dict)  # by model id, over agents.pricing.DEFAULT_PRICES
@@ -110,8 +110,13 @@ def load_scenario_config(path: Path | str) -> ScenarioConfig:
         raise ConfigError(f"{path} is a directory, expected a scenario.toml file") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively: 100k "[" exhaust the stack
+        raise ConfigError(f"{path}: arrays or tables nested too deeply to be read (a scenario.toml needs a few "
+                          "levels at most); fix the file") from None
     try:
         return ScenarioConfig.model_validate(data)
     except ValidationError as exc:

@@ -12,7 +12,10 @@ step finds a journal and no archived result, it rolls the files back first and
 runs the call again on exactly what it first saw.
 
 ``FileWriter`` is the one interface tools write through; ``Direct`` is the
-journal-less form (a lease, or nothing) for callers outside a step.
+journal-less form (a lease, or nothing) for callers outside a step. Both write
+the scenario folder's files through ``scenarios.confined`` when they know the
+folder: reached by descriptor, never through a symlink, the temp file beside
+the target.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from scenarios import confined
 from scenarios.lease import Lease
-from scenarios.store import append_jsonl, json_text, landing, read_jsonl, relative, remove, write_atomic
+from scenarios.store import append_jsonl, json_text, landing, read_jsonl, remove, write_atomic
 
 
 class FileWriter(Protocol):
@@ -36,15 +40,22 @@ class FileWriter(Protocol):
 
 @dataclass(frozen=True)
 class Direct:
-    """Writes that land at once (under ``lease`` when given), with no undo."""
+    """Writes that land at once (under ``lease`` when given), with no undo; confined to ``root`` when given."""
 
     lease: Lease | None = None
+    root: Path | None = None
 
     def write(self, path: Path, data: str | bytes) -> None:
-        write_atomic(path, data, self.lease)
+        if self.root is None:
+            write_atomic(path, data, self.lease)
+        else:
+            confined.write_atomic(self.root, confined.parts_under(self.root, path), data, self.lease)
 
     def unlink(self, path: Path) -> None:
-        remove(path, self.lease)
+        if self.root is None:
+            remove(path, self.lease)
+        else:
+            confined.unlink(self.root, confined.parts_under(self.root, path), self.lease)
 
 
 @dataclass
@@ -63,22 +74,26 @@ class Journal:
         return self.folder / "manifest.jsonl"
 
     def write(self, path: Path, data: str | bytes) -> None:
-        self._before(Path(path))
-        write_atomic(path, data, self.lease)
+        parts = confined.parts_under(self.root, path)
+        self._before(parts)
+        confined.write_atomic(self.root, parts, data, self.lease)
 
     def unlink(self, path: Path) -> None:
-        self._before(Path(path))
-        remove(path, self.lease)
+        parts = confined.parts_under(self.root, path)
+        self._before(parts)
+        confined.unlink(self.root, parts, self.lease)
 
-    def _before(self, path: Path) -> None:
-        """Save what ``path`` holds now, once per call, durably, before it changes."""
-        key = relative(self.root, path)
+    def _before(self, parts: confined.Parts) -> None:
+        """Save what ``root/parts`` holds now, once per call, durably, before it changes."""
+        key = confined.shown(parts)
         if key in self._saved:
             return
         saved, mtime_ns = None, None
-        if path.is_file():
-            saved, mtime_ns = f"{len(self._saved)}.before", path.stat().st_mtime_ns
-            write_atomic(self.folder / saved, path.read_bytes(), self.lease)
+        st = confined.lstat(self.root, parts)
+        if st is not None:  # a file of this folder alone (a symlink or a hard link is refused, never read)
+            with confined.open_file(self.root, parts) as (fd, st), open(os.dup(fd), "rb") as fh:
+                saved, mtime_ns = f"{len(self._saved)}.before", st.st_mtime_ns
+                write_atomic(self.folder / saved, fh.read(), self.lease)
         # The modification time too: the Read and Write tools compare it to tell the agent about outside edits.
         append_jsonl(self.manifest, {"path": key, "saved": saved, "mtime_ns": mtime_ns}, self.lease)
         self._saved.add(key)
@@ -87,12 +102,12 @@ class Journal:
         """Put every path this call changed back as it was (newest change first); returns how many."""
         entries = read_jsonl(self.manifest).records  # a torn last line: that change never happened
         for entry in reversed(entries):
-            path = self.root / entry["path"]
+            parts = confined.split(entry["path"])
             if entry["saved"] is None:
-                remove(path, self.lease)
+                confined.unlink(self.root, parts, self.lease)
             else:
-                write_atomic(path, (self.folder / entry["saved"]).read_bytes(), self.lease)
-                os.utime(path, ns=(entry["mtime_ns"], entry["mtime_ns"]))
+                before = (self.folder / entry["saved"]).read_bytes()
+                confined.write_atomic(self.root, parts, before, self.lease, mtime_ns=entry["mtime_ns"])
         self.drop()
         return len(entries)
 

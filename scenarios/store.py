@@ -237,13 +237,8 @@ class Layout:
         return self.root / "state" / "phase.lease.json"
 
 
-def inside(root: Path, relative: str) -> Path:
-    """``root/relative`` resolved, or StoreError if it would leave ``root``.
-
-    Refuses absolute paths, ``..`` segments and symlinks (at any level) that
-    point outside the folder. The path need not exist.
-    """
-    root = Path(root).resolve()
+def checked_relative(relative: str) -> str:
+    """A model-given path, stripped, or StoreError if it is empty, absolute, holds '..' or a NUL byte."""
     text = str(relative).strip()
     if not text:
         raise StoreError("empty path; give a path relative to the scenario folder")
@@ -253,6 +248,17 @@ def inside(root: Path, relative: str) -> Path:
         raise StoreError(f"{text!r} is absolute; give a path relative to the scenario folder")
     if ".." in re.split(r"[\\/]", text):
         raise StoreError(f"{text!r} contains '..'; paths must stay inside the scenario folder")
+    return text
+
+
+def inside(root: Path, relative: str) -> Path:
+    """``root/relative`` resolved, or StoreError if it would leave ``root``.
+
+    Refuses absolute paths, ``..`` segments and symlinks (at any level) that
+    point outside the folder. The path need not exist.
+    """
+    root = Path(root).resolve()
+    text = checked_relative(relative)
     target = (root / text).resolve()
     if target != root and root not in target.parents:
         raise StoreError(f"{text!r} leaves the scenario folder through a symlink; refused")

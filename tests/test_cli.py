@@ -397,3 +397,21 @@ def test_status_tells_a_stalled_run_from_a_live_one(awaiting: Path, tmp_path: Pa
     activity = json.loads(live.output)["activity"]
     assert activity["alive"] and activity["embedded_run"]["command"] == "baton run refund_desk"
     assert activity["workers"] is None and activity["seconds_since_last_step"] >= 0
+
+
+def test_a_malformed_scenario_toml_is_that_scenarios_error_alone(tmp_path: Path) -> None:
+    copy_of(EXAMPLE, tmp_path)
+    broken = tmp_path / "deep"
+    broken.mkdir()
+    (broken / "scenario.toml").write_text('name = "deep"\nx = ' + "[" * 100_000 + "]" * 100_000 + "\n")
+    (tmp_path / "bad_syntax").mkdir()
+    (tmp_path / "bad_syntax" / "scenario.toml").write_text('name = "bad_syntax"\nmax_iterations = \n')
+    overview = invoke(tmp_path, "status")
+    assert overview.exit_code == 0, overview.output
+    assert "refund_desk" in overview.output and "deep" in overview.output and "bad_syntax" in overview.output
+    assert overview.output.count("invalid scenario.toml") == 2 and "nested too deeply" in overview.output
+    one = invoke(tmp_path, "status", "deep")
+    assert one.exit_code == 0 and "nested too deeply" in one.output and "Traceback" not in one.output
+    listed = json.loads(invoke(tmp_path, "status", "--json").output)
+    problems = {s["scenario"]: s["scenario_toml_problem"] for s in listed}
+    assert problems["refund_desk"] is None and "nested too deeply" in problems["deep"]

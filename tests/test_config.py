@@ -405,3 +405,41 @@ def test_any_model_id_or_line_is_accepted_until_the_catalogue_resolves_it():
     assert config.model.name == "claude-sonnet-5-5"
     with pytest.raises(ConfigError, match=r"execute\.model = '' \(from explicit argument\)"):
         resolve_config("execute", env=NO_ENV, overrides={"model": ""})
+
+
+# ---- upper bounds the OS accepts (issue 23) ---------------------------------------------
+
+
+@pytest.mark.parametrize("setting, value", [
+    ("eval_timeout_s", "1e300"), ("eval_memory_mb", str(2**63 - 1)), ("bash_timeout_s", "1e18"),
+    ("summary_timeout_s", "1e300"), ("window", str(2**62)), ("output_cap_chars", str(2**63 - 1)),
+    ("max_steps_per_turn", str(10**12)), ("batch", str(2**40)),
+])
+def test_numbers_beyond_what_the_os_accepts_are_validation_errors(tmp_path, setting, value):
+    toml = write_toml(tmp_path, f"[agents.execute]\n{setting} = {value}\n")
+    with pytest.raises(ConfigError) as error:
+        resolve_agents(tmp_path, env=NO_ENV)
+    message = str(error.value)
+    assert f"execute.{setting} = " in message and str(toml) in message and "less than or equal" in message
+    with pytest.raises(ConfigError, match=rf"BATON_EXECUTE_{setting.upper()}"):
+        resolve_config("execute", env={f"BATON_EXECUTE_{setting.upper()}": value})
+
+
+def test_the_largest_accepted_limits_still_resolve(tmp_path):
+    write_toml(tmp_path, "[agents.execute]\neval_timeout_s = 86_400.0\neval_memory_mb = 1_048_576\n")
+    tools = resolve_agents(tmp_path, env=NO_ENV)["execute"].tools
+    assert (tools.eval_timeout_s, tools.eval_memory_mb) == (86_400.0, 1_048_576)
+
+
+def test_a_deeply_nested_scenario_toml_is_a_config_error(tmp_path):
+    path = write_toml(tmp_path, "x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="too deeply"):
+        load_scenario_config(path)
+
+
+def test_absurd_iterations_and_prices_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="max_iterations"):
+        load_scenario_config(write_toml(tmp_path, "max_iterations = 9223372036854775807\n"))
+    price = '[prices."claude-x"]\ninput = 1e300\noutput = 1.0\ncache_write = 1.0\ncache_read = 0.1\n'
+    with pytest.raises(ConfigError, match="prices"):
+        load_scenario_config(write_toml(tmp_path, price))

@@ -117,3 +117,38 @@ def test_a_new_run_archives_the_finished_one(root):
     )
     assert load_run(root).started_at >= first.started_at and load_run(root).phase == "done"
     assert_log_consistent(root, "execute")
+
+
+def _executed(root, claimed_rate: float, passed: int):
+    """Iteration 1 handed off by Execute: a handoff claiming ``claimed_rate``, a report with ``passed`` of 10."""
+    from scenarios.run import RunRecord, claim_run, save_run
+    from scenarios.store import write_json
+
+    save_run(root, RunRecord(scenario=root.name, phase="executing", target_success_rate=0.85), claim_run(root))
+    figures = {"total": 10, "passed": passed, "failed": 10 - passed, "success_rate": passed / 10,
+               "failures_per_layer": {"L1": 10 - passed, "L2": 0, "L3": 0, "L4": 0}}
+    write_json(root / "execution_outputs/iteration_1/report.json", {"iteration": 1, **figures})
+    write_json(root / "handoffs/iteration_1/execute_to_init_context.json", {
+        "kind": "execute_to_init", "iteration": 1, "execution_output_dir": "execution_outputs/iteration_1",
+        "success_rate": claimed_rate, "totals": {"samples": 10, "passed": passed, "failed": 10 - passed},
+        "failures_per_layer": {"L1": 10 - passed}, "layer1_problems_summary": [], "recommendation": "r"})
+
+
+def test_a_claimed_success_rate_does_not_end_the_run_succeeded(root):
+    from workers.loop import do_phase
+
+    _executed(root, claimed_rate=1.0, passed=8)  # a handoff file changed after the fact (SubmitHandoff refuses it)
+    assert do_phase(root) == []
+    record = load_run(root)
+    assert record.status == "error" and record.phase == "executing" and not record.results
+    assert "success_rate: claimed 1.0, report.json says 0.8" in record.last_error
+
+
+def test_the_run_is_decided_on_the_reports_figures(root):
+    from workers.loop import do_phase
+
+    _executed(root, claimed_rate=0.9, passed=9)
+    do_phase(root)
+    record = load_run(root)
+    assert (record.phase, record.status) == ("done", "succeeded")
+    assert [(r.success_rate, r.passed, r.total) for r in record.results] == [(0.9, 9, 10)]

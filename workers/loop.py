@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
@@ -26,6 +26,7 @@ from agents.catalogue import apply_pin
 from agents.compaction_task import run_compaction
 from agents.conventions import conventions_for
 from agents.disk import AgentDisk, open_turn
+from agents.handoff_figures import figure_differences, report_figures
 from agents.mentions import mention_note
 from agents.models import Model
 from agents.openings import execute_opening, init_opening
@@ -42,6 +43,7 @@ from scenarios.store import Layout, StoreError, check_name, read_json, write_jso
 from workers.pinning import pin_models
 
 SCENARIOS_ENV = "BATON_SCENARIOS_DIR"
+REQUIRED = ("totals.samples", "totals.passed", "success_rate")  # report.json figures "done" is decided on
 log = logging.getLogger(__name__)
 
 
@@ -282,12 +284,24 @@ def _next_phase(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
 
 
 def _after_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
-    report = _payload(root, record.iteration, "execute")
-    assert isinstance(report, ExecuteToInit)
-    result = IterationResult(iteration=record.iteration, success_rate=report.success_rate,
-                             passed=report.totals.passed, total=report.totals.samples)
+    payload = _payload(root, record.iteration, "execute")
+    assert isinstance(payload, ExecuteToInit)
+    # "Done" is decided on the evaluation's own figures (report.json), never on the payload's claim; the two
+    # agreed when SubmitHandoff accepted it, so a difference now means a file was changed after the handoff.
+    report = _report(root, record.iteration)
+    differences = figure_differences(payload, report)
+    if differences or report.get("only"):
+        why = "; ".join(differences) or "report.json covers a re-run of some samples only"
+        error = (f"execute: the handoff of iteration {record.iteration} does not match "
+                 f"execution_outputs/iteration_{record.iteration}/report.json ({why}); the run did not decide "
+                 "on it. Re-run the evaluation so the report is current, then `baton resume`")
+        save_run(root, record.model_copy(update={"status": "error", "last_error": error}), lease)
+        return []
+    rate = float(report["success_rate"])
+    result = IterationResult(iteration=record.iteration, success_rate=rate,
+                             passed=report["passed"], total=report["total"])
     results = [r for r in record.results if r.iteration != record.iteration] + [result]
-    if report.success_rate >= record.target_success_rate:
+    if rate >= record.target_success_rate:
         save_run(root, record.model_copy(update={"phase": "done", "status": "succeeded", "results": results}), lease)
         return []
     if record.iteration >= record.max_iterations:
@@ -297,6 +311,17 @@ def _after_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     save_run(root, record.model_copy(update={"phase": "designing", "iteration": record.iteration + 1,
                                              "results": results, "feedback": None}), lease)
     return resume(root)
+
+
+def _report(root: Path, iteration: int) -> dict[str, Any]:
+    """The iteration's evaluation report, with every figure the decision needs (StoreError if not)."""
+    path = Layout(root).outputs(iteration) / "report.json"
+    report = read_json(path, f"iteration {iteration}'s evaluation report")
+    figures = report_figures(report) if isinstance(report, dict) else {}
+    if not isinstance(report, dict) or not all(isinstance(figures.get(k), (int, float)) for k in REQUIRED):
+        raise StoreError(f"{path} lacks the figures a decision needs ({', '.join(REQUIRED)}); re-run the "
+                         "evaluation (RunEvaluation) so it is written again, then `baton resume`")
+    return {**report, "success_rate": figures["success_rate"]}
 
 
 def _open_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:

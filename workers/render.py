@@ -17,6 +17,7 @@ from rich.text import Text
 
 from agents.catalogue import PinnedModel
 from agents.export.tryout import read_tryout
+from context.text import clip
 from scenarios.run import RunRecord, load_run
 from scenarios.store import Layout, StoreError
 from workers.readmodel import (
@@ -300,8 +301,9 @@ def status_row(root: Path, workers: list[str] | None = None) -> list[Any]:
     notes = [record.last_error] if record is not None and record.last_error else []
     notes += [f"{len(a.problems)} torn/bad log line(s) ({a.role})" for a in agents.values() if a.problems]
     notes += [f"{len(a.warnings)} warning(s) ({a.role})" for a in agents.values() if a.warnings]
-    if toml_problem(root):
-        notes.append("invalid scenario.toml")
+    if problem := toml_problem(root):  # this row only: every other scenario is listed as usual
+        reason = problem.replace(f"{Layout(root).toml}: ", "").replace(str(Layout(root).toml), "it").splitlines()[0]
+        notes.append(f"invalid scenario.toml: {clip(reason, 40, '…')}")
     if moving(record):
         activity = read_activity(snap, workers)
         since = activity.seconds_since_last_step

@@ -44,6 +44,11 @@ class ToolContext:
     # and fenced by the step's lease: scenarios.journal); elsewhere, directly.
     files: FileWriter = field(default_factory=Direct)
 
+    def __post_init__(self) -> None:
+        # Direct writes are confined to the folder too (scenarios.confined), as a step's journal's are.
+        if isinstance(self.files, Direct) and self.files.root is None:
+            self.files = Direct(self.files.lease, self.root)
+
     @property
     def layout(self) -> Layout:
         return Layout(self.root)

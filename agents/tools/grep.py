@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
 from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, bool_input, ok, string_input
 from agents.tools.listing import check_glob, glob_regex
-from agents.tools.paths import is_binary, walk_files
-from scenarios.store import relative
+from agents.tools.paths import existing, is_binary, walk_files
+from scenarios import confined
+from scenarios.confined import Parts, shown
 
 MAX_GREP_MATCHES = 200
 MAX_GREP_FILE_BYTES = 20 * 1024 * 1024
@@ -79,8 +80,8 @@ class GrepTool(FileTool):
             ) from None
         files = self._files(tool_input, ctx)
         state = _GrepState(regex)
-        for path in files:
-            self._search(path, relative(ctx.root, path), state)
+        for parts in files:
+            self._search(ctx, parts, state)
         data: dict[str, Any] = {
             "pattern": pattern,
             "matches": state.matches,
@@ -98,38 +99,45 @@ class GrepTool(FileTool):
         return ok(data)
 
     @staticmethod
-    def _files(tool_input: dict[str, Any], ctx: ToolContext) -> list[Path]:
-        target = ctx.path(string_input(tool_input, "path", default="."))
-        if not target.exists():
-            raise ToolInputError(f"path not found: {relative(ctx.root, target)}; use LS or Glob to see what exists")
-        if target.is_file():
+    def _files(tool_input: dict[str, Any], ctx: ToolContext) -> list[Parts]:
+        raw = string_input(tool_input, "path", default=".")
+        target, _, is_dir = existing(ctx, raw, "path not found: {rel}; use LS or Glob to see what exists")
+        if not is_dir:
             return [target]
         if tool_input.get("glob") is None:
             return list(walk_files(ctx, target))
         glob = check_glob(string_input(tool_input, "glob"))
         regex = glob_regex(glob)
         by_path = "/" in glob.strip("/")
-        return [
-            p for p in walk_files(ctx, target) if regex.match(p.relative_to(target).as_posix() if by_path else p.name)
-        ]
+        return [p for p in walk_files(ctx, target) if regex.match(shown(p[len(target):]) if by_path else p[-1])]
+
+    @classmethod
+    def _search(cls, ctx: ToolContext, parts: Parts, state: _GrepState) -> None:
+        rel = shown(parts)
+        try:
+            with confined.open_file(ctx.root, parts) as (fd, st), os.fdopen(os.dup(fd), "rb") as fh:
+                cls._search_open(fh, rel, st.st_size, state)
+        except confined.Refused as exc:  # a hard link, or a symlink put there since the folder was listed
+            state.skip(rel, str(exc).split(";")[0].removeprefix(f"{rel} "))
+        except (confined.Missing, confined.IsFolder):
+            state.skip(rel, "gone or changed while searching")
 
     @staticmethod
-    def _search(path: Path, rel: str, state: _GrepState) -> None:
-        if path.stat().st_size > MAX_GREP_FILE_BYTES:
+    def _search_open(fh: BinaryIO, rel: str, size: int, state: _GrepState) -> None:
+        if size > MAX_GREP_FILE_BYTES:
             state.skip(rel, "over 20 MB; use Read with offset/limit")
             return
-        if is_binary(path):
+        if is_binary(fh):
             state.skip(rel, "binary")
             return
         found = False
-        with open(path, "rb") as fh:
-            for number, raw in enumerate(fh, start=1):
-                line = raw.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
-                match = state.regex.search(line)
-                if match is None:
-                    continue
-                found = True
-                state.total += 1
-                if len(state.matches) < MAX_GREP_MATCHES:
-                    state.matches.append({"file": rel, "line": number, "text": _match_text(line, match)})
+        for number, raw in enumerate(fh, start=1):
+            line = raw.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
+            match = state.regex.search(line)
+            if match is None:
+                continue
+            found = True
+            state.total += 1
+            if len(state.matches) < MAX_GREP_MATCHES:
+                state.matches.append({"file": rel, "line": number, "text": _match_text(line, match)})
         state.files_with_matches += found

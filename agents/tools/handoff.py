@@ -1,9 +1,10 @@
 """``SubmitHandoff``: the only way an agent ends its turn (docs/agents.md, "Tools").
 
 The payload is validated with the models of ``agents.payloads`` and checked
-against the folder (the files it names exist, the totals agree with the
-evaluation report); an invalid payload comes back as a tool error naming each
-problem, so the model fixes it and calls again. An accepted payload is written
+against the folder (the files it names exist; every figure the evaluation report
+holds, success_rate included, equals the report's: ``agents.handoff_figures``);
+an invalid payload comes back as a tool error naming each problem, so the model
+fixes it and calls again. An accepted payload is written
 atomically to ``handoffs/iteration_<n>/<kind>_context.json``.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agents.handoff_figures import figure_differences
 from agents.payloads import (
     ExecuteToInit,
     InitToExecute,
@@ -74,25 +76,28 @@ def _folder_problems(payload: InitToExecute | ExecuteToInit, ctx: ToolContext) -
             if not _exists(ctx, name, file=True):
                 problems.append(f"design_files[{i}]: {name!r} does not exist; write it first or fix the path")
         return problems
-    out_dir = payload.execution_output_dir
-    if not _exists(ctx, out_dir, file=False):
-        expected = f"execution_outputs/iteration_{ctx.iteration}"
-        return [*problems, f"execution_output_dir: {out_dir!r} is not a folder; it should be {expected}"]
-    report_path = ctx.path(out_dir) / "report.json"
+    out_dir = payload.execution_output_dir.replace("\\", "/").strip("/").removeprefix("./")
+    expected = f"execution_outputs/iteration_{ctx.iteration}"
+    if out_dir != expected:  # the report of this iteration's evaluation, not a report.json found elsewhere
+        return [*problems, f"execution_output_dir: {payload.execution_output_dir!r} is not this iteration's "
+                           f"evaluation folder; it must be {expected!r}"]
+    report_path = Layout(ctx.root).outputs(ctx.iteration) / "report.json"
     if not report_path.exists():
         return [*problems, f"execution_output_dir: no report.json in {out_dir!r}; run RunEvaluation first"]
     try:
         report = read_json(report_path, "the evaluation report")
     except StoreError as exc:
         return [*problems, str(exc)]
+    if not isinstance(report, dict):
+        return [*problems, f"{out_dir}/report.json is not an evaluation report; run RunEvaluation again"]
     if report.get("only"):
         problems.append(f"{out_dir}/report.json covers only a re-run of {len(report['only'])} sample(s); "
                         "run RunEvaluation on all samples before handing off")
-    totals = payload.totals
-    if (report.get("total"), report.get("passed")) != (totals.samples, totals.passed):
+    differences = figure_differences(payload, report)
+    if differences:
         problems.append(
-            f"totals: samples={totals.samples}, passed={totals.passed} but {out_dir}/report.json says "
-            f"total={report.get('total')}, passed={report.get('passed')}; report the latest evaluation"
+            f"the figures must be those of {out_dir}/report.json (computed by RunEvaluation, not estimated); "
+            f"these differ: {'; '.join(differences)}. Copy them from the report of your latest evaluation"
         )
     return problems
 

@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 
 from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, ok, string_input
 from agents.tools.paths import directory, walk_files
-from scenarios.store import relative
+from scenarios import confined
+from scenarios.confined import shown
 
 MAX_ENTRIES = 500
 
@@ -17,8 +18,9 @@ class LSTool(FileTool):
     name = "LS"
     description = (
         "List a directory of the scenario folder (default: its top level). Entries are sorted; "
-        f"directories end with '/'. At most {MAX_ENTRIES} entries are shown; `total` is always the "
-        "full count. Use Glob to find files by pattern across subfolders."
+        "directories end with '/', symlinks with '@' (the file tools never follow them). "
+        f"At most {MAX_ENTRIES} entries are shown; `total` is always the full count. Use Glob to find files by "
+        "pattern across subfolders."
     )
     SCHEMA: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -29,15 +31,21 @@ class LSTool(FileTool):
     }
 
     def _run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        path, rel = directory(ctx, string_input(tool_input, "path", default="."))
-        with os.scandir(path) as it:
-            entries = sorted(e.name + ("/" if e.is_dir() else "") for e in it)
+        parts, rel = directory(ctx, string_input(tool_input, "path", default="."))
+        entries = [e.name + _mark(e) for e in confined.entries(ctx.root, parts)]
         data: dict[str, Any] = {"path": rel, "entries": entries[:MAX_ENTRIES], "total": len(entries)}
         if len(entries) > MAX_ENTRIES:
             data["note"] = (
                 f"showing the first {MAX_ENTRIES} of {len(entries)} entries; use Glob with a pattern to narrow down"
             )
         return ok(data)
+
+
+def _mark(entry: os.DirEntry[str]) -> str:
+    """'/' for a directory, '@' for a symlink (never followed, not even to see what it names)."""
+    if entry.is_symlink():
+        return "@"
+    return "/" if entry.is_dir(follow_symlinks=False) else ""
 
 
 def _expand_braces(pattern: str, budget: int = 64) -> list[str]:
@@ -131,9 +139,7 @@ class GlobTool(FileTool):
         pattern = string_input(tool_input, "pattern")
         regex = glob_regex(check_glob(pattern))
         base, _ = directory(ctx, string_input(tool_input, "path", default="."))
-        matches = [
-            relative(ctx.root, p) for p in walk_files(ctx, base) if regex.match(p.relative_to(base).as_posix())
-        ]
+        matches = [shown(p) for p in walk_files(ctx, base) if regex.match(shown(p[len(base):]))]
         matches.sort()
         data: dict[str, Any] = {"pattern": pattern, "matches": matches[:MAX_ENTRIES], "total": len(matches)}
         if len(matches) > MAX_ENTRIES:

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
-from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from agents.tools.base import (
@@ -26,7 +25,7 @@ from agents.tools.base import (
     ok,
     string_input,
 )
-from agents.tools.paths import changed_since_seen, existing_file, is_binary, seen_mtimes
+from agents.tools.paths import changed_since_seen, is_binary, opened, seen_mtimes
 from context.text import clip
 
 DEFAULT_READ_LINES = 2000
@@ -37,13 +36,13 @@ MAX_ARCHIVE_BYTES = 20 * 1024 * 1024  # a larger archived result is shown as its
 ARCHIVE = re.compile(r"^state/[^/]+/tool_results/[^/]+\.txt$")
 
 
-def _count_file_lines(path: Path) -> int:
-    """Lines in a file without loading it: newlines, plus an unterminated last line."""
+def _count_file_lines(fh: IO[bytes]) -> int:
+    """Lines in an open file without loading it: newlines, plus an unterminated last line."""
     count, last = 0, b"\n"
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            count += chunk.count(b"\n")
-            last = chunk[-1:]
+    fh.seek(0)
+    while chunk := fh.read(CHUNK_BYTES):
+        count += chunk.count(b"\n")
+        last = chunk[-1:]
     return count + (0 if last == b"\n" else 1)
 
 
@@ -113,13 +112,14 @@ def _number(lines: Iterable[str], start: int, limit: int, cap: int) -> _Window:
     return _Window("\n".join(out), end, False)
 
 
-def _render_archive(path: Path) -> list[str] | None:
+def _render_archive(fh: IO[bytes], size: int) -> list[str] | None:
     """An archived tool result (one line of JSON) as readable lines, or None if it is
     not an envelope. Multi-line strings (file contents, command output) become real
     lines again, so offset/limit work on them."""
-    if path.stat().st_size > MAX_ARCHIVE_BYTES:
+    if size > MAX_ARCHIVE_BYTES:
         return None
-    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    fh.seek(0)
+    text = fh.read().decode("utf-8", errors="replace").strip()
     if not text.startswith("{"):
         return None
     try:
@@ -180,25 +180,13 @@ class ReadTool(FileTool):
     }
 
     def _run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        path, rel = existing_file(ctx, string_input(tool_input, "path"))
         offset = int_input(tool_input, "offset", 1, 1)
         limit = int_input(tool_input, "limit", DEFAULT_READ_LINES, 1)
-        mtime = path.stat().st_mtime
+        # One descriptor, opened without following any symlink, answers every question below.
+        with opened(ctx, string_input(tool_input, "path")) as (fh, rel, st):
+            mtime = st.st_mtime
+            rendered, window, total = self._read(fh, rel, st.st_size, offset, limit, ctx.settings.output_cap_chars)
         external = changed_since_seen(ctx, rel, mtime)
-        rendered = _render_archive(path) if ARCHIVE.match(rel) else None
-        if rendered is None and is_binary(path):
-            raise ToolInputError(
-                f"{rel} is a binary file ({path.stat().st_size} bytes); Read shows text only "
-                "(use Bash, if enabled, e.g. `file` or `xxd | head`, to inspect it)"
-            )
-        total = len(rendered) if rendered is not None else _count_file_lines(path)
-        if total and offset > total:
-            raise ToolInputError(f"offset {offset} is past the end of {rel}, which has {total} lines")
-        if rendered is not None:
-            lines = (clip(x, MAX_LINE_CHARS, TOOL_CLIP_MARKER) for x in rendered[offset - 1 :])
-            window = _number(lines, offset, limit, ctx.settings.output_cap_chars)
-        else:
-            window = self._window(path, offset, limit, ctx.settings.output_cap_chars)
         seen_mtimes(ctx)[rel] = mtime
         data = {
             "path": rel,
@@ -218,10 +206,24 @@ class ReadTool(FileTool):
         return ok(data)
 
     @staticmethod
-    def _window(path: Path, offset: int, limit: int, cap: int) -> _Window:
-        with open(path, "rb") as fh:
-            _skip_lines(fh, offset - 1)
-            return _number(_file_lines(fh), offset, limit, cap)
+    def _read(fh: IO[bytes], rel: str, size: int, offset: int, limit: int,
+              cap: int) -> tuple[list[str] | None, _Window, int]:
+        """The archive's rendered lines (None for any other file), the window shown, the total line count."""
+        rendered = _render_archive(fh, size) if ARCHIVE.match(rel) else None
+        if rendered is None and is_binary(fh):
+            raise ToolInputError(
+                f"{rel} is a binary file ({size} bytes); Read shows text only "
+                "(use Bash, if enabled, e.g. `file` or `xxd | head`, to inspect it)"
+            )
+        total = len(rendered) if rendered is not None else _count_file_lines(fh)
+        if total and offset > total:
+            raise ToolInputError(f"offset {offset} is past the end of {rel}, which has {total} lines")
+        if rendered is not None:
+            lines = (clip(x, MAX_LINE_CHARS, TOOL_CLIP_MARKER) for x in rendered[offset - 1 :])
+            return rendered, _number(lines, offset, limit, cap), total
+        fh.seek(0)
+        _skip_lines(fh, offset - 1)
+        return None, _number(_file_lines(fh), offset, limit, cap), total
 
     @staticmethod
     def _note(offset: int, window: _Window, total: int, cap: int) -> str:

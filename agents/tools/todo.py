@@ -7,6 +7,9 @@ from typing import Any, ClassVar
 from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, ok
 
 TODO_STATUSES = ("pending", "in_progress", "completed")
+# The list ends every request (the context's todo recap), so its size is paid on every call: a plan, not a document.
+MAX_TODOS = 100
+MAX_TODO_CHARS = 20_000  # the whole list's text: some 5k tokens
 
 
 class TodoWriteTool(FileTool):
@@ -40,7 +43,15 @@ class TodoWriteTool(FileTool):
         todos = tool_input.get("todos")
         if not isinstance(todos, list):
             raise ToolInputError("input 'todos' must be a list of {content, status} objects")
+        if len(todos) > MAX_TODOS:
+            raise ToolInputError(f"{len(todos)} todos is over the limit of {MAX_TODOS} (the list ends every request); "
+                                 "merge items or drop completed ones. The list was not changed")
         items = [self._item(i, t) for i, t in enumerate(todos, start=1)]
+        size = sum(len(item["content"]) for item in items)
+        if size > MAX_TODO_CHARS:
+            raise ToolInputError(f"the todos hold {size:,} characters, over the limit of {MAX_TODO_CHARS:,} (the list "
+                                 "ends every request); keep an item to a line and put details in a file. "
+                                 "The list was not changed")
         ctx.memory["todos"] = items
         return ok({"todos": items})
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 from itertools import islice
-from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.tools.base import (
@@ -17,9 +16,14 @@ from agents.tools.base import (
     ok,
     string_input,
 )
-from agents.tools.paths import changed_since_seen, existing_file, is_binary, seen_mtimes, writable
+from agents.tools.paths import changed_since_seen, is_binary, opened, seen_mtimes, writable
 from context.text import clip
+from scenarios import confined
+from scenarios.confined import Parts
 
+# What one Write may put in a file, and the largest file Edit reads: far above what a model writes in one call
+# (its whole output, 128k tokens at most, is some 0.5 MB) and below the 20 MB Grep still searches.
+MAX_FILE_BYTES = 8 * 1024 * 1024
 DIFF_LINES = 40
 HEAD_LINES = 20
 MAX_DIFF_CHARS = 2_000_000  # difflib is roughly quadratic; bigger files get a summary
@@ -47,14 +51,28 @@ def _head(text: str, n: int) -> str:
     return "\n".join(clip(line, 500, TOOL_CLIP_MARKER) for line in islice(iter(text.splitlines()), n))
 
 
-def _old_text(path: Path) -> str | None:
-    """The current text of a file about to be replaced (None if it is binary or not UTF-8)."""
-    if is_binary(path):
-        return None
+def _old_text(ctx: ToolContext, rel: str) -> str | None:
+    """The current text of a file about to be replaced (None if it is binary, not UTF-8 or too large to diff)."""
+    with opened(ctx, rel) as (fh, _, st):
+        if st.st_size > MAX_FILE_BYTES or is_binary(fh):
+            return None
+        raw = fh.read()
     try:
-        return path.read_bytes().decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def _check_size(size: int, what: str) -> None:
+    """Refuse a file over MAX_FILE_BYTES; ``what`` says which, e.g. "the content for a.py is"."""
+    if size > MAX_FILE_BYTES:
+        raise ToolInputError(f"{what} {size:,} bytes, over the limit of {MAX_FILE_BYTES:,} per file; nothing was "
+                             "written. Split it into several files")
+
+
+def _mtime(ctx: ToolContext, parts: Parts) -> float:
+    st = confined.lstat(ctx.root, parts)
+    return st.st_mtime if st is not None else 0.0
 
 
 class WriteTool(FileTool):
@@ -63,7 +81,9 @@ class WriteTool(FileTool):
         "Create or overwrite a text file in the scenario folder with `content` (parent folders are "
         "created; the write is atomic). Returns whether the file was created, its size in bytes, and "
         "a diff when an existing file was replaced. Prefer Edit for changing part of an existing file. "
-        "state/ (agent logs and memory) and run.json belong to baton and cannot be written."
+        "state/, run.json, handoffs/ and RunEvaluation's report.json, results.jsonl and traces/ belong to baton, "
+        "and scenario.toml, brief.md and CONVENTIONS.md to a person: they cannot be written. Symlinks are never "
+        "followed; at most 8 MB per file."
     )
     SCHEMA: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -76,14 +96,15 @@ class WriteTool(FileTool):
     }
 
     def _run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        path, rel = writable(ctx, string_input(tool_input, "path"))
+        parts, rel, st = writable(ctx, string_input(tool_input, "path"))
         content = string_input(tool_input, "content", allow_empty=True)
-        created = not path.exists()
-        old = None if created else _old_text(path)
-        external = not created and changed_since_seen(ctx, rel, path.stat().st_mtime)
         raw = content.encode("utf-8", errors="replace")
-        ctx.files.write(path, raw)
-        seen_mtimes(ctx)[rel] = path.stat().st_mtime
+        _check_size(len(raw), f"the content for {rel} is")
+        created = st is None
+        old = None if st is None else _old_text(ctx, rel)
+        external = st is not None and changed_since_seen(ctx, rel, st.st_mtime)
+        ctx.files.write(ctx.root.joinpath(*parts), raw)
+        seen_mtimes(ctx)[rel] = _mtime(ctx, parts)
         data: dict[str, Any] = {"path": rel, "created": created, "size": len(raw), "diff": "", "content_head": ""}
         if created:
             data["content_head"] = _head(content, HEAD_LINES)
@@ -103,7 +124,7 @@ class EditTool(FileTool):
         "character (whitespace and indentation included; copy it from Read output without the line "
         "number prefix). It must occur exactly once unless `replace_all` is true; add surrounding "
         "lines to make it unique. Returns the number of replacements and a diff. The write is atomic. "
-        "state/ and run.json cannot be edited."
+        "What Write cannot write (baton's files, a person's settings) cannot be edited either."
     )
     SCHEMA: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -118,21 +139,29 @@ class EditTool(FileTool):
     }
 
     def _run(self, tool_input: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        path, rel = writable(ctx, string_input(tool_input, "path"))
+        parts, rel, st = writable(ctx, string_input(tool_input, "path"))
         old_string = string_input(tool_input, "old_string")
         new_string = string_input(tool_input, "new_string", allow_empty=True)
         replace_all = bool_input(tool_input, "replace_all")
         if old_string == new_string:
             raise ToolInputError("old_string and new_string are identical; nothing to change")
-        path, rel = existing_file(ctx, rel)
-        text = _old_text(path)
+        if st is None:
+            raise ToolInputError(f"file not found: {rel}; use LS or Glob to see which files exist "
+                                 "(paths are relative to the scenario folder), or Write to create it")
+        _check_size(st.st_size, f"{rel} is")
+        text = _old_text(ctx, rel)
         if text is None:
             raise ToolInputError(f"{rel} is binary or not UTF-8 text; Edit works on text files only")
         count = self._check_count(text, old_string, rel, replace_all)
-        external = changed_since_seen(ctx, rel, path.stat().st_mtime)
+        # The size after the edit, known before it is made: replace_all of a short string could grow the file a
+        # thousandfold in memory first.
+        growth = count * (len(new_string.encode("utf-8", "replace")) - len(old_string.encode("utf-8", "replace")))
+        _check_size(st.st_size + growth, f"after this edit {rel} would be")
+        external = changed_since_seen(ctx, rel, st.st_mtime)
         new_text = text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
-        ctx.files.write(path, new_text.encode("utf-8", errors="replace"))
-        seen_mtimes(ctx)[rel] = path.stat().st_mtime
+        raw = new_text.encode("utf-8", errors="replace")
+        ctx.files.write(ctx.root.joinpath(*parts), raw)
+        seen_mtimes(ctx)[rel] = _mtime(ctx, parts)
         data = {"path": rel, "applied": True, "replacements": count, "diff": _diff(text, new_text)}
         if external:
             data["note"] = (
