@@ -16,6 +16,7 @@ from agents.evaluation.child import ChildRun, run_child
 from agents.evaluation.classify import classify
 from agents.evaluation.models import LAYERS, ChildResult, Failure, Limits, Report, RunSummary, SampleResult
 from agents.evaluation.samples import SampleFile, load_samples
+from context.redaction import redact_value
 from scenarios.journal import Direct, FileWriter
 from scenarios.store import Layout, StoreError, json_text
 
@@ -153,10 +154,12 @@ def run_evaluation(
     # easier to reason about when nothing else competes with it.
     done = [evaluate_sample(item, out_dir, timeout_s=timeout_s, memory_mb=memory_mb) for item in chosen]
     _write_traces(out_dir / "traces", done, full_run=only is None, files=files)
-    lines = "".join(json.dumps(e.result.model_dump(), ensure_ascii=False) + "\n" for e in done)
+    # Redacted before anything is written: a sample may print or return what it found (a key).
+    lines = "".join(json.dumps(redact_value(e.result.model_dump()), ensure_ascii=False) + "\n" for e in done)
     files.write(out_dir / "results.jsonl", lines)  # a re-run replaces the previous evaluation
     report = _report(iteration, done, timeout_s, memory_mb, started, model_label, only)
     report.update(_history(out_dir / "report.json"))
+    report = redact_value(report)
     files.write(out_dir / "report.json", json_text(report))
     return report
 
@@ -180,7 +183,7 @@ def _write_traces(traces: Path, done: list[Evaluated], *, full_run: bool, files:
             if old.name not in names:
                 files.unlink(old)
     for name, item in zip(names, done, strict=True):
-        files.write(traces / name, json_text(item.trace))
+        files.write(traces / name, json_text(redact_value(item.trace)))
 
 
 def _report(
