@@ -31,6 +31,7 @@ from agents.sandbox import cgroup
 from agents.sandbox.bwrap import EMPTY_ENV, usable_bwrap
 from agents.sandbox.limits import MAX_PROCESSES
 from agents.sandbox.nest import SAMPLE_DIR
+from agents.sandbox.policy import evaluation_confined
 from agents.sandbox.sample import server_command
 
 log = logging.getLogger(__name__)
@@ -175,9 +176,11 @@ _server_pid = 0  # the process that started it: a forked worker (Celery prefork)
 _server_lock = threading.Lock()
 
 
-def server(confined: bool = False) -> ForkServer:
-    """This process's server, started (or restarted, if it died or the sandbox setting changed) on first use."""
+def server(confined: bool | None = None) -> ForkServer:
+    """This process's server, started (or restarted, if it died or the sandbox setting changed) on first use.
+    ``confined``: in the sandbox; by default as the person set it (agents/sandbox/policy.py)."""
     global _server, _server_pid
+    confined = evaluation_confined() if confined is None else confined
     with _server_lock:
         mine = _server is not None and _server_pid == os.getpid()
         if not mine or not _server.alive() or _server.confined != confined:  # type: ignore[union-attr]
