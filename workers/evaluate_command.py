@@ -39,6 +39,10 @@ def evaluate(
         raise CliError(f"{name} is {phase} (run.json): its agents may be writing the iteration now",
                        f"wait until it stops or finishes (`baton status {name}`), then evaluate again")
     chosen = iteration or last_iteration(root)
+    if not Layout(root).outputs(chosen).is_dir():
+        have = ", ".join(map(str, iterations(root))) or "none"
+        raise CliError(f"{name} has no execution_outputs/iteration_{chosen}/ (iterations with outputs: {have})",
+                       f"pass one of those to --iteration, or leave it out for the last one")
     try:
         config = resolve_config("execute", scenario_toml=Layout(root).toml,
                                 profile=profile or (record.profile if record else None))
@@ -49,15 +53,19 @@ def evaluate(
     show(root, report)
 
 
-def last_iteration(root: Path) -> int:
-    """The highest ``execution_outputs/iteration_<n>`` that holds anything."""
+def iterations(root: Path) -> list[int]:
+    """Every ``execution_outputs/iteration_<n>`` that holds anything, in order."""
     outputs = root / "execution_outputs"
-    found = [int(m.group(1)) for p in (outputs.iterdir() if outputs.is_dir() else [])
-             if (m := re.fullmatch(r"iteration_(\d+)", p.name)) and p.is_dir() and any(p.iterdir())]
+    return sorted(int(m.group(1)) for p in (outputs.iterdir() if outputs.is_dir() else [])
+                  if (m := re.fullmatch(r"iteration_(\d+)", p.name)) and p.is_dir() and any(p.iterdir()))
+
+
+def last_iteration(root: Path) -> int:
+    found = iterations(root)
     if not found:
-        raise CliError(f"{root.name} has no execution outputs yet: no {outputs}/iteration_<n>/",
+        raise CliError(f"{root.name} has no execution outputs yet: no {root}/execution_outputs/iteration_<n>/",
                        f"run the scenario first (`baton run {root.name}`)")
-    return max(found)
+    return found[-1]
 
 
 def show(root: Path, report: dict[str, Any]) -> None:

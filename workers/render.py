@@ -29,6 +29,7 @@ from workers.readmodel import (
     scenario_roots,
     toml_problem,
 )
+from workers.confinement import unconfined
 from workers.spend import RunSpend, read_spend
 
 ACTORS = {"designing": " (Init)", "executing": " (Execute)", "awaiting_approval": " (your turn)"}
@@ -255,6 +256,8 @@ def status_report(root: Path) -> None:
     problem = toml_problem(root)
     if problem:
         say(Text.assemble(("scenario.toml: ", "bold red"), problem))
+    for note in unconfined(root):
+        say(Text(note, style="bold red"))
     for view in snap.agents.values():
         for kind, entries in (("error", view.errors), ("warning", view.warnings), ("log problem", view.problems)):
             for entry in entries:
@@ -299,6 +302,7 @@ def status_row(root: Path, workers: list[str] | None = None) -> list[Any]:
     notes += [f"{len(a.warnings)} warning(s) ({a.role})" for a in agents.values() if a.warnings]
     if toml_problem(root):
         notes.append("invalid scenario.toml")
+    notes += unconfined(root)
     if moving(record):
         activity = read_activity(snap, workers)
         since = activity.seconds_since_last_step
