@@ -42,7 +42,7 @@ def evaluate(
     if not Layout(root).outputs(chosen).is_dir():
         have = ", ".join(map(str, iterations(root))) or "none"
         raise CliError(f"{name} has no execution_outputs/iteration_{chosen}/ (iterations with outputs: {have})",
-                       f"pass one of those to --iteration, or leave it out for the last one")
+                       "pass one of those to --iteration, or leave it out for the last one")
     try:
         config = resolve_config("execute", scenario_toml=Layout(root).toml,
                                 profile=profile or (record.profile if record else None))

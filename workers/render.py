@@ -19,6 +19,7 @@ from agents.catalogue import PinnedModel
 from agents.export.tryout import read_tryout
 from scenarios.run import RunRecord, load_run
 from scenarios.store import Layout, StoreError
+from workers.confinement import unconfined
 from workers.readmodel import (
     SIMULATED,
     Activity,
@@ -29,7 +30,6 @@ from workers.readmodel import (
     scenario_roots,
     toml_problem,
 )
-from workers.confinement import unconfined
 from workers.spend import RunSpend, read_spend
 
 ACTORS = {"designing": " (Init)", "executing": " (Execute)", "awaiting_approval": " (your turn)"}
