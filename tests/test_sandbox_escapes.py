@@ -129,6 +129,18 @@ def hold_memory(data, children, mb):
     return {"held": min(got, alive)}
 
 
+def outgrow(data, children, mb):
+    """Children hold ``mb`` MiB each, then this process takes twice that: it is the largest."""
+    for _ in range(children):
+        if os.fork() == 0:
+            held = b"\\x01" * (mb * 1024 * 1024)
+            time.sleep(20)
+            os._exit(len(held) and 0)
+    time.sleep(1)
+    mine = b"\\x01" * (2 * mb * 1024 * 1024)
+    return {"held": len(mine)}
+
+
 def tell_key(data, key):
     print("the key is", key)
     return {"key": key}
@@ -307,6 +319,13 @@ def test_several_children_cannot_hold_more_than_the_limit_together(place, way):
         assert held * each_mb <= limit_mb
     else:
         assert held <= MAX_PROCESSES  # the weaker bound, documented in docs/evaluation.md
+
+
+@pytest.mark.skipif(not cgroup.available(), reason="no writable cgroup here: memory is limited per process only")
+@pytest.mark.parametrize("way", WAYS[:2])
+def test_a_sample_killed_for_its_total_memory_is_told_so(place, way):
+    result = attack(place["root"], way, "outgrow", children=2, mb=SAMPLE_MEMORY_MB // 4)
+    assert result["layer"] == "L2" and "reached by the sample as a whole" in result["reason"], result["reason"]
 
 
 @pytest.mark.parametrize("way", WAYS[:2])
