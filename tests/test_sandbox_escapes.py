@@ -141,6 +141,17 @@ def outgrow(data, children, mb):
     return {"held": len(mine)}
 
 
+def nested_userns(data):
+    """A user namespace of its own, where it would hold every capability (in a child, to leave this one be)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if libc.unshare(0x10000000) == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    return {"nested": os.waitstatus_to_exitcode(status) == 0}
+
+
 def tell_key(data, key):
     print("the key is", key)
     return {"key": key}
@@ -319,6 +330,15 @@ def test_several_children_cannot_hold_more_than_the_limit_together(place, way):
         assert held * each_mb <= limit_mb
     else:
         assert held <= MAX_PROCESSES  # the weaker bound, documented in docs/evaluation.md
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_no_nested_user_namespace(place, way):
+    if way == "bash":
+        data = bash(place["root"], "unshare -U true && echo nested; python3 -c 'import os; os.fork()' && echo forks")
+        assert "nested" not in data["stdout"] and "forks" in data["stdout"]
+    else:
+        assert output(attack(place["root"], way, "nested_userns"))["nested"] is False
 
 
 @pytest.mark.skipif(not cgroup.available(), reason="no writable cgroup here: memory is limited per process only")

@@ -83,7 +83,11 @@ class ForkServer:
         self.ready: Future[None] = Future()
         self.reader = threading.Thread(target=self._read, name="fork-server-replies", daemon=True)
         self.reader.start()
-        self.ready.result(timeout=GRACE_S)  # raises ServerGone if it died while starting
+        try:
+            self.ready.result(timeout=GRACE_S)  # raises ServerGone if it died while starting
+        except BaseException:
+            self.close()  # its folders and cgroup too
+            raise
 
     def alive(self) -> bool:
         return self.proc.poll() is None

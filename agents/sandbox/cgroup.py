@@ -23,6 +23,7 @@ count capped (``limits.py``): at most MAX_PROCESSES x the limit. docs/evaluation
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import threading
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MIB = 1024 * 1024
+log = logging.getLogger(__name__)
 _names = itertools.count(1)
 _lock = threading.Lock()
 _bases: list[Hierarchy] | None = None  # None: not looked at yet
@@ -223,31 +225,44 @@ def _make(prefix: str, parent: Group | None) -> Group | None:
     name = f"{prefix}-{os.getpid()}-{next(_names)}"
     parts = {h.label: (parent.parts[h.label] if parent else h.directory) / name for h in found}
     group = Group({}, found[0].version)
-    for label, path in parts.items():
-        path.mkdir()
-        group.parts[label] = path
-    return group
-
-
-def create(memory_mb: int, max_processes: int, parent: Group | None = None) -> Group | None:
-    """A new group holding a sandbox to ``memory_mb`` and ``max_processes`` (under ``parent``,
-    or the worker's cgroup); None where the machine offers no writable cgroup."""
-    group = _make("baton", parent)
-    if group is None:
-        return None
     try:
-        for label, path in group.parts.items():
-            _limit(label, path, memory_mb, max_processes)
+        for label, path in parts.items():
+            path.mkdir()
+            group.parts[label] = path
     except OSError:
         group.close()
         raise
     return group
 
 
+def create(memory_mb: int, max_processes: int, parent: Group | None = None) -> Group | None:
+    """A new group holding a sandbox to ``memory_mb`` and ``max_processes`` (under ``parent``,
+    or the worker's cgroup); None where the machine offers no writable cgroup, or where this
+    one could not be made (logged: the per-process limits still hold)."""
+    group = None
+    try:
+        group = _make("baton", parent)
+        for label, path in (group.parts if group else {}).items():
+            _limit(label, path, memory_mb, max_processes)
+    except OSError as exc:
+        log.warning("no cgroup for this sandbox (%s): its processes are limited one by one only", exc)
+        if group is not None:
+            group.close()
+        return None
+    return group
+
+
 def create_parent() -> Group | None:
-    """A group without limits of its own, to hold a sample server's per-sample groups."""
-    group = _make("baton-server", None)
-    if group is not None and group.version == 2:
-        controllers = (bases()[0].directory / "cgroup.subtree_control").read_text().split()
-        _write(group.parts["unified"] / "cgroup.subtree_control", " ".join(f"+{c}" for c in controllers))
+    """A group without limits of its own, to hold a sample server's per-sample groups; None as ``create``."""
+    group = None
+    try:
+        group = _make("baton-server", None)
+        if group is not None and group.version == 2:
+            controllers = (bases()[0].directory / "cgroup.subtree_control").read_text().split()
+            _write(group.parts["unified"] / "cgroup.subtree_control", " ".join(f"+{c}" for c in controllers))
+    except OSError as exc:
+        log.warning("no cgroup for the sample server (%s): its samples are limited one by one only", exc)
+        if group is not None:
+            group.close()
+        return None
     return group

@@ -13,8 +13,9 @@ the server, is made here, in the forked child, before any generated code runs:
    kernel ends everything the sample started;
 3. the grandchild binds its own folder at ``/sample``, covers the folder of all samples and
    the cgroups with empty read-only tmpfs, mounts a ``/proc`` of its own (none where the kernel
-   refuses one: under a root worker's bwrap) and a fresh ``/tmp``,
-   forbids further user namespaces, drops every capability and sets ``no_new_privs``;
+   refuses one: under a root worker's bwrap) and a fresh ``/tmp``, drops every capability,
+   sets ``no_new_privs`` and forbids further user namespaces (a sysctl where it can write
+   one, and a seccomp filter);
 4. the child waits for the init and exits as the sample did.
 """
 
@@ -59,6 +60,42 @@ def _write(path: str, text: str) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+
+
+# The syscall numbers a filter needs, by machine: (audit arch, unshare, clone, clone3).
+SYSCALLS = {"x86_64": (0xC000003E, 272, 56, 435), "aarch64": (0xC00000B7, 97, 220, 435)}
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+EPERM, ENOSYS = 1, 38
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _forbid_user_namespaces() -> None:
+    """A seccomp filter: unshare and clone with CLONE_NEWUSER fail (EPERM), clone3 is answered ENOSYS
+    (its flags sit behind a pointer; libc then falls back to clone), as bwrap's --disable-userns does
+    with a sysctl the kernel may not let a root worker's sample write. No-op on other machines."""
+    arch, unshare, clone, clone3 = SYSCALLS.get(os.uname().machine, (0, 0, 0, 0))
+    if not arch:
+        return
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
+    program = [
+        (ld, 0, 0, 4), (jeq, 0, 4, arch),  # another architecture's calls: allowed (and not ours to number)
+        (ld, 0, 0, 0), (jeq, 3, 0, unshare), (jeq, 2, 0, clone), (jeq, 5, 0, clone3),
+        (ret, 0, 0, SECCOMP_RET_ALLOW),
+        (ld, 0, 0, 16), (jset, 0, 1, CLONE_NEWUSER),  # the flags: the first argument's low 32 bits
+        (ret, 0, 0, SECCOMP_RET_ERRNO | EPERM), (ret, 0, 0, SECCOMP_RET_ALLOW),
+        (ret, 0, 0, SECCOMP_RET_ERRNO | ENOSYS),
+    ]
+    filters = (_SockFilter * len(program))(*[_SockFilter(*line) for line in program])
+    prog = _SockFprog(len(program), filters)
+    _call(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp filter")
 
 
 def _drop_capabilities() -> None:
@@ -129,8 +166,9 @@ def _seal(name: str, max_processes: int) -> None:
     try:
         _write("/proc/sys/user/max_user_namespaces", "0")  # no nested user namespace from here down
     except OSError:
-        pass  # a kernel without the knob: the capabilities dropped below still hold
+        pass  # no /proc of its own (a root worker): the seccomp filter below holds alone
     _drop_capabilities()
+    _forbid_user_namespaces()  # after no_new_privs, which an unprivileged filter requires
     resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
 
 
