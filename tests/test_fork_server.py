@@ -19,8 +19,8 @@ import pytest
 
 from agents.evaluation import fork_server
 from agents.priority import autogroups_on
+from tests.test_bash_sandbox import gone, processes_with
 from tests.test_evaluation import PASSING, TOOLS, build, evaluate, sample
-from tests.test_sandbox_escapes import gone_within, processes_with
 from tests.workers_harness import descendants, refused_worker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -125,7 +125,7 @@ def test_what_a_sample_leaves_running_is_killed_with_its_group(tmp_path: Path) -
     build(tmp_path, [sample("leaves", [("leave_behind", {"marker": marker})])], tools=STATEFUL)
     _, results = evaluate(tmp_path)
     assert results["leaves"]["outputs"] == [{}]
-    assert gone_within(marker, 5), processes_with(marker)
+    assert gone(marker, within_s=5), processes_with(marker)
 
 
 def test_a_server_killed_mid_sample_loses_no_sample(tmp_path: Path) -> None:

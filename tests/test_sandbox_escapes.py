@@ -14,8 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ import pytest
 from agents.sandbox import cgroup
 from agents.sandbox.bwrap import SandboxUnavailable, usable_bwrap
 from agents.sandbox.limits import BASH_MEMORY_MB, MAX_PROCESSES
+from tests.test_bash_sandbox import gone, processes_with
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER = REPO / "tests" / "escape_driver.py"
@@ -211,24 +210,12 @@ def output(result: dict[str, Any]) -> dict[str, Any]:
     return result["outputs"][0]
 
 
-def processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def gone_within(marker: str, seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while processes_with(marker):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+def bash_python(root: Path, function: str, call: str) -> str:
+    """Run ``function`` of ATTACKS from Bash with the sandbox's python3; its stdout."""
+    source = f"def {function}" + ATTACKS.split(f"def {function}")[1].split("\ndef ")[0]
+    script = f"import os, time\n{source}\nprint({call})\n"
+    (root / "attack.py").write_text(script, encoding="utf-8")
+    return bash(root, "python3 attack.py")["stdout"]
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -282,7 +269,7 @@ def test_nothing_it_started_outlives_it(place, way):
             bash(place["root"], f"setsid sh -c 'sleep 120; : {marker}' </dev/null >/dev/null 2>&1 & echo started")
         else:
             assert output(attack(place["root"], way, "outlive", marker=marker))["left"] is True
-        assert gone_within(marker), processes_with(marker)
+        assert gone(marker, within_s=5), processes_with(marker)
     finally:
         for pid in processes_with(marker):  # only when the test failed: what the attack left
             os.kill(pid, signal.SIGKILL)
@@ -292,20 +279,7 @@ def test_nothing_it_started_outlives_it(place, way):
 def test_it_cannot_fork_past_the_process_limit(place, way):
     most = 300
     if way == "bash":
-        code = textwrap.dedent(f"""\
-            import os, time
-            n = 0
-            while n < {most}:
-                try:
-                    pid = os.fork()
-                except OSError:
-                    break
-                if pid == 0:
-                    time.sleep(30)
-                    os._exit(0)
-                n += 1
-            print(n)""")
-        forked = int(bash(place["root"], f"python3 -c '{code}'; true")["stdout"].split()[0])
+        forked = int(bash_python(place["root"], "fork_many", f"fork_many(None, {most})['forked']").split()[0])
     else:
         forked = output(attack(place["root"], way, "fork_many", most=most))["forked"]
     assert forked < MAX_PROCESSES
@@ -318,10 +292,7 @@ def test_several_children_cannot_hold_more_than_the_limit_together(place, way):
     limit_mb = BASH_MEMORY_MB if way == "bash" else SAMPLE_MEMORY_MB
     each_mb = limit_mb * 4 // 10  # three fit under the limit one by one, not together
     if way == "bash":
-        code = ATTACKS.split("def hold_memory")[1].split("def tell_key")[0]
-        script = "import os, time\ndef hold_memory" + code + f"print(hold_memory(None, 4, {each_mb})['held'])\n"
-        (place["root"] / "hold.py").write_text(script, encoding="utf-8")
-        stdout = bash(place["root"], "python3 hold.py")["stdout"].split()
+        stdout = bash_python(place["root"], "hold_memory", f"hold_memory(None, 4, {each_mb})['held']").split()
         held = int(stdout[0]) if stdout else 0  # nothing printed: the sandbox was stopped as a whole
     else:
         result = attack(place["root"], way, "hold_memory", children=4, mb=each_mb)

@@ -28,6 +28,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,34 +236,39 @@ def _make(prefix: str, parent: Group | None) -> Group | None:
     return group
 
 
-def create(memory_mb: int, max_processes: int, parent: Group | None = None) -> Group | None:
-    """A new group holding a sandbox to ``memory_mb`` and ``max_processes`` (under ``parent``,
-    or the worker's cgroup); None where the machine offers no writable cgroup, or where this
-    one could not be made (logged: the per-process limits still hold)."""
+def _made(prefix: str, parent: Group | None, configure: Callable[[Group], None], what: str) -> Group | None:
+    """A group made and configured, or None (logged: the per-process limits still hold)."""
     group = None
     try:
-        group = _make("baton", parent)
-        for label, path in (group.parts if group else {}).items():
-            _limit(label, path, memory_mb, max_processes)
+        group = _make(prefix, parent)
+        if group is not None:
+            configure(group)
     except OSError as exc:
-        log.warning("no cgroup for this sandbox (%s): its processes are limited one by one only", exc)
+        log.warning("no cgroup for %s (%s): its processes are limited one by one only", what, exc)
         if group is not None:
             group.close()
         return None
     return group
+
+
+def create(memory_mb: int, max_processes: int, parent: Group | None = None) -> Group | None:
+    """A new group holding a sandbox to ``memory_mb`` and ``max_processes`` (under ``parent``,
+    or the worker's cgroup); None where the machine offers no writable cgroup, or where this
+    one could not be made."""
+
+    def limit(group: Group) -> None:
+        for label, path in group.parts.items():
+            _limit(label, path, memory_mb, max_processes)
+
+    return _made("baton", parent, limit, "this sandbox")
 
 
 def create_parent() -> Group | None:
     """A group without limits of its own, to hold a sample server's per-sample groups; None as ``create``."""
-    group = None
-    try:
-        group = _make("baton-server", None)
-        if group is not None and group.version == 2:
+
+    def delegate(group: Group) -> None:
+        if group.version == 2:
             controllers = (bases()[0].directory / "cgroup.subtree_control").read_text().split()
             _write(group.parts["unified"] / "cgroup.subtree_control", " ".join(f"+{c}" for c in controllers))
-    except OSError as exc:
-        log.warning("no cgroup for the sample server (%s): its samples are limited one by one only", exc)
-        if group is not None:
-            group.close()
-        return None
-    return group
+
+    return _made("baton-server", None, delegate, "the sample server")
