@@ -8,8 +8,8 @@ The command runs in the sandbox every piece of code a model wrote runs in
 - The scenario folder is bound read-write at ``/scenario``, the working directory:
   the only host files the command can change. A fixed path means symlinks and
   ``..`` resolve inside the sandbox's own tree, where host paths do not exist.
-  ``scenario.toml``, ``brief.md``, ``run.json`` and ``state/`` are bound read-only over
-  it; one of them the command creates is removed afterwards (``PROTECTED``).
+  ``scenario.toml``, ``brief.md``, ``CONVENTIONS.md``, ``run.json`` and ``state/`` are
+  bound read-only over it; one of them the command creates is removed afterwards (``PROTECTED``).
 - ``/tmp`` (at most 512 MiB) is also HOME, so caches do not litter the folder; the
   environment holds PATH, HOME and LANG only.
 - ``ulimit -u`` and ``-v`` inside, and a cgroup where the machine offers one
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.config import BashSandbox
+from agents.conventions import FILE as CONVENTIONS
 from agents.cpu_slots import cpu_slot
 from agents.processes import kill_group
 from agents.sandbox import cgroup
@@ -116,8 +117,8 @@ def _clean_env() -> dict[str, str]:
 SANDBOX_DIR = "/scenario"
 # What a person configures and what baton alone writes: read-only inside (their absence is
 # kept too: one the command creates is removed afterwards). The scenarios folder around
-# (CONVENTIONS.md) is not in the sandbox at all.
-PROTECTED = ("scenario.toml", "brief.md", "run.json", "state")
+# (its shared CONVENTIONS.md) is not in the sandbox at all.
+PROTECTED = ("scenario.toml", "brief.md", CONVENTIONS, "run.json", "state")
 
 
 def bwrap_command(bwrap: str, root: Path, command: str) -> list[str]:
