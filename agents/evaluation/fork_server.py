@@ -14,6 +14,7 @@ new server. ``BATON_SAMPLE_SERVER=0`` turns the server off (every sample spawned
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import logging
@@ -178,6 +179,14 @@ class ForkServer:
 _server: ForkServer | None = None
 _server_pid = 0  # the process that started it: a forked worker (Celery prefork) starts its own
 _server_lock = threading.Lock()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """End this process's server with it: its folders and cgroups are removed (a worker killed
+    with 9 leaves its cgroup to the next server's ``cgroup.prune``)."""
+    if _server is not None and _server_pid == os.getpid():
+        _server.close()
 
 
 def server(confined: bool | None = None) -> ForkServer:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -177,6 +178,41 @@ class Group:
             _remove(path)
 
 
+def _remove_empty_tree(path: Path) -> None:
+    """rmdir ``path`` and the baton groups below it, where no process is left in them."""
+    for child in path.iterdir() if path.is_dir() else []:
+        if child.is_dir() and child.name.startswith("baton-"):
+            _remove_empty_tree(child)
+    try:
+        path.rmdir()  # fails, and leaves it, while a process is inside
+    except OSError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def prune() -> None:
+    """Remove the empty groups of workers that are gone (killed before they could remove their own).
+    Never kills: a worker of another PID namespace may share the hierarchy and look gone."""
+    for hierarchy in bases():
+        try:
+            entries = list(hierarchy.directory.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            owner = re.fullmatch(r"baton(?:-server)?-(\d+)-\d+", entry.name)
+            if owner and entry.is_dir() and not _alive(int(owner.group(1))):
+                _remove_empty_tree(entry)
+
+
 def _remove(path: Path) -> None:
     for _ in range(100):
         try:
@@ -264,7 +300,9 @@ def create(memory_mb: int, max_processes: int, parent: Group | None = None) -> G
 
 
 def create_parent() -> Group | None:
-    """A group without limits of its own, to hold a sample server's per-sample groups; None as ``create``."""
+    """A group without limits of its own, to hold a sample server's per-sample groups; None as ``create``.
+    Groups a killed worker left behind are removed first."""
+    prune()
 
     def delegate(group: Group) -> None:
         if group.version == 2:
