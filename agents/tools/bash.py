@@ -193,8 +193,9 @@ _SANDBOXED = (
     "The command runs in a sandbox: the scenario folder, mounted at /scenario, is the only folder of the "
     "host it can see or change (use relative paths; symlinks pointing outside it lead nowhere); system "
     "programs under /usr are read-only, /tmp is private (512 MiB) and emptied after every command, no /etc "
-    "and NO network. Background processes end when the command does. The environment holds only PATH, "
-    "HOME=/tmp and LANG. "
+    "and NO network. scenario.toml, brief.md, CONVENTIONS.md, run.json and state/ are read-only (they are the "
+    f"operator's and baton's). At most {MAX_PROCESSES} processes. Background processes end when the command does. The "
+    "environment holds only PATH, HOME=/tmp and LANG. "
 )
 _UNCONFINED = (
     "The command is NOT sandboxed: the operator turned the sandbox off, so it runs on the worker's host with "
