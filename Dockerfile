@@ -10,8 +10,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MPLCONFIGDIR=/tmp/matplotlib \
     BATON_SCENARIOS_DIR=/app/scenarios
 
-# bubblewrap: the sandbox of the agents' Bash tool (agents/tools/bash.py); without it an
-# enabled Bash refuses to run. It also needs user namespaces (docs/deployment.md, "The Bash tool").
+# bubblewrap: the sandbox of code a model wrote, evaluation samples and the Bash tool (agents/sandbox/);
+# without it evaluation and an enabled Bash refuse to run. It also needs user namespaces and the container
+# options in docker-compose.yml (docs/deployment.md, "The sandbox in a container").
 RUN apt-get update \
  && apt-get install -y --no-install-recommends bubblewrap \
  && rm -rf /var/lib/apt/lists/*

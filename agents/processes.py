@@ -137,18 +137,27 @@ def wait_unreaped(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     return False
 
 
-def run_limited(argv: list[str], *, cwd: Path, timeout_s: float, memory_mb: int) -> Finished:
-    """Run ``argv`` in ``cwd`` with the minimal environment (HOME and TMPDIR = ``cwd``),
-    memory and CPU limits, and a wall-clock limit after which its whole group is killed."""
+def run_limited(argv: list[str], *, cwd: Path, timeout_s: float, memory_mb: int,
+                env: dict[str, str] | None = None, before: Callable[[], None] | None = None) -> Finished:
+    """Run ``argv`` in ``cwd`` with the minimal environment (HOME and TMPDIR = ``cwd``) or ``env``,
+    memory and CPU limits, and a wall-clock limit after which its whole group is killed.
+    ``before`` runs in the child too, after the limits (a sandbox joins its cgroup there)."""
+    limits = limiter(timeout_s, memory_mb)
+
+    def prepare() -> None:
+        limits()
+        if before is not None:
+            before()
+
     proc = subprocess.Popen(
         argv,
         cwd=cwd,
-        env=minimal_env(cwd),
+        env=minimal_env(cwd) if env is None else env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, killed as a whole
-        preexec_fn=limiter(timeout_s, memory_mb),  # noqa: PLW1509 - only setrlimit calls
+        preexec_fn=prepare,  # noqa: PLW1509 - only setrlimit calls and a write to a cgroup file
         close_fds=True,
     )
     tails = [Tail(proc.stdout), Tail(proc.stderr)]

@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from agents.config import ConfigError, ToolSettings
+from agents.sandbox.bwrap import SandboxUnavailable, usable_bwrap
+from agents.sandbox.bwrap import python_dirs as _python_dirs
 from agents.settings_layers import resolve_config
 from agents.tools.base import ToolContext, ToolResult
-from agents.tools.bash import BashTool, SandboxUnavailable, _python_dirs, usable_bwrap
+from agents.tools.bash import BashTool
 
 BASH = BashTool()
 REPO = Path(__file__).resolve().parents[1]

@@ -430,6 +430,18 @@ def test_execute_worker_gets_the_longest_stop_grace_period(services):
     assert grace["execute"] >= max(grace.values()) and grace["execute"] > 10
 
 
+def test_the_step_workers_may_make_bubblewrap_sandboxes(services):
+    # What bwrap needs in a container (docs/deployment.md, "The sandbox in a container"): namespaces
+    # (seccomp), mounts (AppArmor), a /proc of its own (unmasked system paths). No more than that: no
+    # privileged container, no added capability; the compaction worker runs no model code and keeps the defaults.
+    needed = {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"}
+    for role in ("init", "execute"):
+        worker = services[f"worker-{role}"]
+        assert set(worker.get("security_opt", [])) == needed
+        assert not worker.get("privileged") and not worker.get("cap_add")
+    assert not services["worker-compaction"].get("security_opt")
+
+
 def test_the_compaction_worker_outweighs_the_step_workers(services):
     # Containers share the CPU by cgroup weight before any niceness inside them counts.
     shares = {role: int(services[f"worker-{role}"].get("cpu_shares", 1024)) for role in ROLES}

@@ -12,14 +12,16 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from agents.evaluation import fork_server
 from agents.priority import autogroups_on
+from tests.test_bash_sandbox import gone, processes_with
 from tests.test_evaluation import PASSING, TOOLS, build, evaluate, sample
-from tests.workers_harness import refused_worker
+from tests.workers_harness import descendants, refused_worker
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,24 +40,19 @@ def niceness(data):
     try:
         group = int(open("/proc/self/autogroup").read().split()[-1])
     except (OSError, ValueError):
-        group = None
-    return {"nice": os.nice(0), "autogroup": group, "group_leader": os.getpgid(0) == os.getpid(),
-            "session_leader": os.getsid(0) == os.getpid()}
+        group = None  # a root worker's sandboxed sample has no /proc (agents/sandbox/nest.py)
+    return {"nice": os.nice(0), "autogroup": group, "pid": os.getpid(), "pgid": os.getpgid(0), "sid": os.getsid(0)}
 
 
-def leave_behind(data, pid_file):
+def leave_behind(data, marker):
     import subprocess
-    sleeper = subprocess.Popen(["sleep", "60"])  # same process group as the sample
-    with open(pid_file, "w") as fh:
-        fh.write(str(sleeper.pid))
+    subprocess.Popen(["sh", "-c", f"sleep 60; : {marker}"])  # the sandbox allows no pid file outside; a marker
     return {}
 
 
-def nap(data, pid_file):
-    import os, time
-    with open(pid_file, "w") as fh:
-        fh.write(str(os.getpid()))
-    time.sleep(1)
+def nap(data, marker):
+    import subprocess
+    subprocess.run(["sh", "-c", f"sleep 1; : {marker}"])  # found by its command line from outside the sandbox
     return {"napped": True}
 '''
 
@@ -77,13 +74,26 @@ def wait_gone(pid: int, within_s: float = 10.0) -> bool:
     return False
 
 
-def wait_for_file(path: Path, within_s: float = 10.0) -> str:
+def wait_for_process(marker: str, within_s: float = 10.0) -> int:
+    """The pid, seen from the host, of a process a sample started with ``marker`` in its command line."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
+        if found := processes_with(marker):
+            return found[0]
         time.sleep(0.02)
-    raise AssertionError(f"{path} was never written")
+    raise AssertionError(f"no process with {marker} appeared")
+
+
+def server_python(pid: int) -> int:
+    """The server's Python: ``pid`` itself, or the process in its sandbox (bwrap's child) running it."""
+    for candidate in [pid, *descendants(pid)]:
+        try:
+            if b"fork_server_main" in Path(f"/proc/{candidate}/cmdline").read_bytes() and \
+                    b"bwrap" not in Path(f"/proc/{candidate}/cmdline").read_bytes():
+                return candidate
+        except OSError:
+            continue
+    raise AssertionError(f"no server Python under {pid}")
 
 
 def test_samples_forked_from_one_server_share_no_state(tmp_path: Path) -> None:
@@ -102,31 +112,32 @@ def test_samples_run_nicer_than_their_worker(tmp_path: Path) -> None:
     _, results = evaluate(tmp_path)
     seen = results["n"]["outputs"][0]
     assert seen["nice"] == min(19, os.nice(0) + 5)  # the worker's own threads come first
-    # Its own group, killed as a whole, inside the server's session: the server's autogroup, at the server's
-    # niceness (a session of its own would get a full share of the CPU whatever its niceness).
-    assert seen["group_leader"] and not seen["session_leader"]
-    if autogroups_on():
+    # PID 2 of a namespace of its own, under its own init; its process group (killed as a whole) and the
+    # server's session lie outside that namespace: the server's autogroup, at the server's niceness (a
+    # session of its own would get a full share of the CPU whatever its niceness).
+    assert (seen["pid"], seen["pgid"], seen["sid"]) == (2, 0, 0)
+    if autogroups_on() and seen["autogroup"] is not None:
         assert seen["autogroup"] == seen["nice"]
 
 
 def test_what_a_sample_leaves_running_is_killed_with_its_group(tmp_path: Path) -> None:
-    pid_file = tmp_path / "sleeper.pid"
-    build(tmp_path, [sample("leaves", [("leave_behind", {"pid_file": str(pid_file)})])], tools=STATEFUL)
+    marker = f"leaves-{uuid.uuid4().hex}"
+    build(tmp_path, [sample("leaves", [("leave_behind", {"marker": marker})])], tools=STATEFUL)
     _, results = evaluate(tmp_path)
     assert results["leaves"]["outputs"] == [{}]
-    assert wait_gone(int(pid_file.read_text()), within_s=5)
+    assert gone(marker, within_s=5), processes_with(marker)
 
 
 def test_a_server_killed_mid_sample_loses_no_sample(tmp_path: Path) -> None:
-    pid_file = tmp_path / "nap.pid"
-    build(tmp_path, [sample("naps", [("nap", {"pid_file": str(pid_file)})]), PASSING], tools=STATEFUL)
+    marker = f"nap-{uuid.uuid4().hex}"
+    build(tmp_path, [sample("naps", [("nap", {"marker": marker})]), PASSING], tools=STATEFUL)
     first = fork_server.server()
     import threading
 
     done: dict[str, object] = {}
     runner = threading.Thread(target=lambda: done.update(zip(("report", "results"), evaluate(tmp_path))))
     runner.start()
-    first_pid = int(wait_for_file(pid_file))
+    first_pid = wait_for_process(marker)
     os.kill(first.proc.pid, signal.SIGKILL)
     assert wait_gone(first_pid, within_s=5)  # the orphaned sample did not live on
     runner.join(timeout=60)
@@ -140,21 +151,22 @@ def test_a_server_killed_mid_sample_loses_no_sample(tmp_path: Path) -> None:
 
 def test_a_frozen_server_is_ended_and_its_sample_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fork_server, "GRACE_S", 1.0)
-    pid_file = tmp_path / "nap.pid"
-    build(tmp_path, [sample("naps", [("nap", {"pid_file": str(pid_file)})])], tools=STATEFUL)
+    marker = f"nap-{uuid.uuid4().hex}"
+    build(tmp_path, [sample("naps", [("nap", {"marker": marker})])], tools=STATEFUL)
     frozen = fork_server.server()
     import threading
 
     done: dict[str, object] = {}
     runner = threading.Thread(target=lambda: done.update(zip(("report", "results"), evaluate(tmp_path))))
     runner.start()
-    first_pid = int(wait_for_file(pid_file))
-    os.kill(frozen.proc.pid, signal.SIGSTOP)  # it can neither reap its child nor answer
+    first_pid = wait_for_process(marker)
+    python = server_python(frozen.proc.pid)
+    os.kill(python, signal.SIGSTOP)  # it can neither reap its child nor answer
     try:
         runner.join(timeout=60)
     finally:
-        if frozen.alive():
-            os.kill(frozen.proc.pid, signal.SIGCONT)
+        if alive(python):
+            os.kill(python, signal.SIGCONT)
     results = done["results"]
     assert isinstance(results, dict) and results["naps"]["outputs"] == [{"napped": True}]
     assert not frozen.alive() and wait_gone(first_pid, within_s=5)
@@ -172,14 +184,14 @@ evaluate(Path(sys.argv[2]))
 
 
 def test_a_worker_killed_with_9_takes_its_server_and_samples_along(tmp_path: Path) -> None:
-    pid_file = tmp_path / "nap.pid"
-    build(tmp_path, [sample("naps", [("nap", {"pid_file": str(pid_file)})])], tools=STATEFUL)
+    marker = f"nap-{uuid.uuid4().hex}"
+    build(tmp_path, [sample("naps", [("nap", {"marker": marker})])], tools=STATEFUL)
     worker = subprocess.Popen([sys.executable, "-c", WORKER, str(REPO), str(tmp_path)], stdout=subprocess.PIPE,
                               text=True, start_new_session=True)
     try:
         assert worker.stdout is not None
         server_pid = int(worker.stdout.readline())
-        sample_pid = int(wait_for_file(pid_file))
+        sample_pid = wait_for_process(marker)
         assert alive(server_pid) and alive(sample_pid)
         worker.kill()
         worker.wait(10)

@@ -35,7 +35,7 @@ from agents.disk import AgentDisk
 from agents.priority import lower_priority
 from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
 from scenarios.store import AGENTS, Layout, check_name, write_atomic
-from workers import export_commands, gc_pauses, loop
+from workers import evaluate_command, export_commands, gc_pauses, loop
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
@@ -421,9 +421,11 @@ def check_worker_env() -> None:
     try:
         from agents.cpu_slots import slots_from_env  # its import reads BATON_CPU_SLOTS already
         from agents.evaluation import fork_server
+        from agents.sandbox.policy import evaluation_sandbox
 
         slots_from_env()
         fork_server.enabled()
+        evaluation_sandbox()
         gc_pauses.enabled()
     except ValueError as exc:
         raise CliError(str(exc), "correct or unset that variable, then start the worker again") from None
@@ -503,6 +505,7 @@ def fake_api(
 
 
 export_commands.register(cli, PlainUsage)
+evaluate_command.register(cli, PlainUsage)
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from agents.export.tryout import read_tryout
 from context.text import clip
 from scenarios.run import RunRecord, load_run
 from scenarios.store import Layout, StoreError
+from workers.confinement import unconfined
 from workers.readmodel import (
     SIMULATED,
     Activity,
@@ -256,6 +257,8 @@ def status_report(root: Path) -> None:
     problem = toml_problem(root)
     if problem:
         say(Text.assemble(("scenario.toml: ", "bold red"), problem))
+    for note in unconfined(root):
+        say(Text(note, style="bold red"))
     for view in snap.agents.values():
         if thinking := view.thinking.line():
             say(Text(f"{view.role} {thinking}"))
@@ -304,6 +307,7 @@ def status_row(root: Path, workers: list[str] | None = None) -> list[Any]:
     if problem := toml_problem(root):  # this row only: every other scenario is listed as usual
         reason = problem.replace(f"{Layout(root).toml}: ", "").replace(str(Layout(root).toml), "it").splitlines()[0]
         notes.append(f"invalid scenario.toml: {clip(reason, 40, '…')}")
+    notes += unconfined(root)
     if moving(record):
         activity = read_activity(snap, workers)
         since = activity.seconds_since_last_step

@@ -24,6 +24,7 @@ import importlib.util
 import inspect
 import json
 import os
+import resource
 import sys
 import traceback
 import types
@@ -323,8 +324,16 @@ def public_functions(module: types.ModuleType, wanted: Callable[[str], bool]) ->
     return {name: obj for _, name, obj in sorted(found, key=lambda item: item[0])}
 
 
+def limit_processes(most: int | None) -> None:
+    """RLIMIT_NPROC, set here because it must be set inside the sandbox's user namespace, where
+    it counts this sample's processes only (agents/sandbox/limits.py)."""
+    if most:
+        resource.setrlimit(resource.RLIMIT_NPROC, (most, most))
+
+
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    limit_processes(job.get("max_processes"))
     install_baton_eval()
     runner = Runner(job)
     out_of_memory = False

@@ -77,6 +77,9 @@ def _classify_dead(run: ChildRun, timeout_s: float, memory_mb: int) -> Verdict:
     stderr = run.stderr_tail
     if run.timed_out:
         return Verdict(layer, f"time limit ({timeout_s:g} s) reached in {where}; the process was killed")
+    if run.out_of_memory:
+        return Verdict(layer, f"memory limit ({memory_mb} MB) reached by the sample as a whole in {where}; "
+                              "the kernel killed its largest process")
     if "MemoryError" in stderr or "Cannot allocate memory" in stderr or "out of memory" in stderr.lower():
         return Verdict(layer, f"memory limit ({memory_mb} MB) reached in {where}")
     if run.returncode == -signal.SIGXCPU:

@@ -14,6 +14,7 @@ new server. ``BATON_SAMPLE_SERVER=0`` turns the server off (every sample spawned
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import logging
@@ -27,6 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from agents.processes import Finished, kill_group, minimal_env
+from agents.sandbox import cgroup
+from agents.sandbox.bwrap import EMPTY_ENV, usable_bwrap
+from agents.sandbox.limits import MAX_PROCESSES
+from agents.sandbox.nest import SAMPLE_DIR
+from agents.sandbox.policy import evaluation_confined
+from agents.sandbox.sample import server_command
 
 log = logging.getLogger(__name__)
 SERVER_SCRIPT = Path(__file__).with_name("fork_server_main.py")
@@ -47,12 +54,26 @@ def enabled(env: dict[str, str] | None = None) -> bool:
 
 
 class ForkServer:
-    """One running ``fork_server_main.py`` and the samples waiting on it."""
+    """One running ``fork_server_main.py`` and the samples waiting on it. Confined, the server
+    runs in a sandbox of its own (agents/sandbox/sample.py) and each sample it forks gets
+    namespaces of its own inside it (agents/sandbox/nest.py); sample folders are made under
+    ``samples``, the only host folder the server's sandbox can write."""
 
-    def __init__(self) -> None:
+    def __init__(self, confined: bool = False) -> None:
+        self.confined = confined
         self.home = Path(tempfile.mkdtemp(prefix="baton-fork-server-"))
+        self.samples: Path | None = None
+        self.cgroup: cgroup.Group | None = None
+        argv, env = [sys.executable, "-I", str(SERVER_SCRIPT)], minimal_env(self.home)
+        if confined:
+            self.samples = self.home / "samples"
+            self.samples.mkdir()
+            self.cgroup = cgroup.create_parent()
+            argv = server_command(usable_bwrap(), self.samples, self.cgroup.parts if self.cgroup else {},
+                                  SERVER_SCRIPT)
+            env = EMPTY_ENV
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", str(SERVER_SCRIPT)], cwd=self.home, env=minimal_env(self.home),
+            argv, cwd=self.home, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C to the worker's group is the worker's to handle, not the server's
         )
@@ -63,18 +84,27 @@ class ForkServer:
         self.ready: Future[None] = Future()
         self.reader = threading.Thread(target=self._read, name="fork-server-replies", daemon=True)
         self.reader.start()
-        self.ready.result(timeout=GRACE_S)  # raises ServerGone if it died while starting
+        try:
+            self.ready.result(timeout=GRACE_S)  # raises ServerGone if it died while starting
+        except BaseException:
+            self.close()  # its folders and cgroup too
+            raise
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, job: Path, cwd: Path, timeout_s: float, memory_mb: int) -> Finished:
+    def run(self, folder: Path, timeout_s: float, memory_mb: int, cgroups: list[str] | None = None) -> Finished:
+        """Run the sample of ``folder``/job.json (a folder under ``samples`` when confined)."""
         future: Future[dict[str, Any]] = Future()
+        inside = SAMPLE_DIR if self.confined else str(folder)
+        request = {"job": f"{inside}/job.json", "cwd": f"{inside}/work", "timeout_s": timeout_s,
+                   "memory_mb": memory_mb}
+        if self.confined:
+            request.update(sandboxed=True, name=folder.name, cgroups=cgroups or [], max_processes=MAX_PROCESSES)
         with self.lock:
             request_id = next(self.ids)
             self.waiting[request_id] = future
-            line = json.dumps({"id": request_id, "job": str(job), "cwd": str(cwd), "timeout_s": timeout_s,
-                               "memory_mb": memory_mb})
+            line = json.dumps({"id": request_id, **request})
             try:
                 assert self.proc.stdin is not None
                 self.proc.stdin.write(line.encode() + b"\n")
@@ -136,10 +166,14 @@ class ForkServer:
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
         self.reader.join(timeout=5)
-        try:
-            self.home.rmdir()
-        except OSError:
-            pass
+        if self.cgroup is not None:
+            self.cgroup.close()
+        for folder in (self.samples, self.home):
+            try:
+                if folder is not None:
+                    folder.rmdir()
+            except OSError:
+                pass
 
 
 _server: ForkServer | None = None
@@ -147,12 +181,23 @@ _server_pid = 0  # the process that started it: a forked worker (Celery prefork)
 _server_lock = threading.Lock()
 
 
-def server() -> ForkServer:
-    """This process's server, started (or restarted, if it died) on first use."""
+@atexit.register
+def _close_at_exit() -> None:
+    """End this process's server with it: its folders and cgroups are removed (a worker killed
+    with 9 leaves its cgroup to the next server's ``cgroup.prune``)."""
+    if _server is not None and _server_pid == os.getpid():
+        _server.close()
+
+
+def server(confined: bool | None = None) -> ForkServer:
+    """This process's server, started (or restarted, if it died or the sandbox setting changed) on first use.
+    ``confined``: in the sandbox; by default as the person set it (agents/sandbox/policy.py)."""
     global _server, _server_pid
+    confined = evaluation_confined() if confined is None else confined
     with _server_lock:
-        if _server is None or _server_pid != os.getpid() or not _server.alive():
-            if _server is not None and _server_pid == os.getpid():
-                _server.close()
-            _server, _server_pid = ForkServer(), os.getpid()
-        return _server
+        mine = _server is not None and _server_pid == os.getpid()
+        if not mine or not _server.alive() or _server.confined != confined:  # type: ignore[union-attr]
+            if mine:
+                _server.close()  # type: ignore[union-attr]
+            _server, _server_pid = ForkServer(confined), os.getpid()
+        return _server  # type: ignore[return-value]

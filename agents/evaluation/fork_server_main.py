@@ -8,7 +8,10 @@ from this process's clean memory (``child_main`` imported, no generated code eve
 so starting a sample costs a fork, not an interpreter start and its imports (about 90 ms of
 CPU each, measured with a sample of the example).
 
-A child gets what ``agents.processes.run_limited`` gives a spawned one: its own session
+Sandboxed (the worker starts this server in bwrap: agents/sandbox/sample.py), each child
+first takes namespaces of its own (``agents/sandbox/nest.py``): it sees only its own folder
+and processes, and everything it starts ends with it. A child gets what
+``agents.processes.run_limited`` gives a spawned one: its own session
 (process group), the sample's folder as working directory, HOME and TMPDIR, the minimal
 environment, the memory, CPU, core and file-size limits, stdin from /dev/null, stdout and
 stderr read here with only their last bytes kept, a wall-clock limit after which its whole
@@ -17,6 +20,10 @@ group is killed, and the group killed in any case once it ends.
 Protocol, one JSON object a line. On stdin, one request per sample::
 
     {"id": 7, "job": "/tmp/x/job.json", "cwd": "/tmp/x/work", "timeout_s": 10, "memory_mb": 512}
+
+sandboxed: ``{"id": 7, "job": "/sample/job.json", "cwd": "/sample/work", ..., "sandboxed": true,
+"name": "baton-eval-x", "cgroups": ["memory/baton-1-7"], "max_processes": 64}`` (the folder
+is ``/samples/<name>``, its cgroups ``/cgroup/<each>``).
 
 On stdout: ``{"ready": true}`` once; for each request ``{"id": 7, "pid": 1234}`` when its child
 has started (the child leads process group 1234), then, in the order children end::
@@ -81,13 +88,12 @@ class Child:
     timed_out: bool = False
 
 
-def become_sample(request: dict[str, Any], out_w: int, err_w: int, child_main: Any, processes: Any,
-                  server_pid: int) -> None:
+def become_sample(request: dict[str, Any], out_w: int, err_w: int, server: Server) -> None:
     """In the forked child: take the sample's place and run it; never returns."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)  # the server's wakeup pipe is closed below; its fd number may be reused
-        die_with_parent(server_pid)
+        die_with_parent(server.pid)
         # Its own process group, to be killed as a whole, in the server's session: a session of its own would
         # be an autogroup of its own, with a full share of the CPU whatever its niceness (agents/priority.py).
         os.setpgid(0, 0)
@@ -98,13 +104,15 @@ def become_sample(request: dict[str, Any], out_w: int, err_w: int, child_main: A
         os.closerange(3, 1 << 16)  # the server's pipes to the worker and the other children's
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
+        if request.get("sandboxed"):  # namespaces of its own, inside the server's sandbox
+            server.nest.enter(str(request["name"]), list(request.get("cgroups", [])), int(request["max_processes"]))
         cwd = Path(request["cwd"])
-        sample_env = processes.minimal_env(cwd)  # PATH and LANG of the server's own minimal environment
+        sample_env = server.processes.minimal_env(cwd)  # PATH and LANG of the server's own minimal environment
         os.environ.clear()
         os.environ.update(sample_env)
         os.chdir(cwd)
-        processes.limiter(float(request["timeout_s"]), int(request["memory_mb"]))()
-        code = child_main.main(["child_main.py", request["job"]])
+        server.processes.limiter(float(request["timeout_s"]), int(request["memory_mb"]))()
+        code = server.child_main.main(["child_main.py", request["job"]])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - told on stderr, like an uncaught error in a fresh Python
@@ -122,6 +130,8 @@ class Server:
         here = Path(__file__).resolve().parent
         self.child_main = load_file("baton_child_main", here / "child_main.py")
         self.processes = load_file("baton_processes", here.parent / "processes.py")
+        self.nest = load_file("baton_nest", here.parent / "sandbox" / "nest.py")
+        self.pid = os.getpid()
         self.children: dict[int, Child] = {}  # pid -> child
         self.selector = selectors.DefaultSelector()
         self.inbox = bytearray()
@@ -187,10 +197,9 @@ class Server:
             return
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        server_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
-            become_sample(request, out_w, err_w, self.child_main, self.processes, server_pid)
+            become_sample(request, out_w, err_w, self)
         os.close(out_w)
         os.close(err_w)
         self.reply({"id": request_id, "pid": pid})

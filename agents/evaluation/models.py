@@ -95,6 +95,7 @@ class Report(BaseModel):
     only: list[str] | None = None  # set when a subset of the samples was re-run
     run: int = 1  # the how-many-th evaluation of this iteration
     previous_runs: list[RunSummary] = Field(default_factory=list)
+    sandbox: Literal["bwrap", "none"] = "bwrap"  # none: a person ran the samples unconfined (BATON_EVAL_SANDBOX)
 
 
 class ChildError(BaseModel):

@@ -16,6 +16,9 @@ from agents.evaluation.child import ChildRun, run_child
 from agents.evaluation.classify import classify
 from agents.evaluation.models import LAYERS, ChildResult, Failure, Limits, Report, RunSummary, SampleResult
 from agents.evaluation.samples import SampleFile, load_samples
+from agents.sandbox.bwrap import INSTALL_HINT, SandboxUnavailable, usable_bwrap
+from agents.sandbox.policy import EVAL_SANDBOX_ENV, evaluation_confined
+from context.redaction import redact_value
 from scenarios.journal import Direct, FileWriter
 from scenarios.store import Layout, StoreError, json_text
 
@@ -103,6 +106,24 @@ def check_folders(out_dir: Path, iteration: int) -> None:
         raise EvaluationError(f"no samples in {where}/samples/; {contract}")
 
 
+def check_sandbox() -> str:
+    """``bwrap`` when samples can run in the sandbox here, ``none`` when a person turned it off;
+    otherwise the evaluation stops, saying why and what to do (nothing runs unconfined by default)."""
+    try:
+        if not evaluation_confined():
+            return "none"
+        usable_bwrap()
+    except ValueError as exc:
+        raise EvaluationError(f"{exc}; correct or unset it and start the worker again") from None
+    except SandboxUnavailable as exc:
+        raise EvaluationError(
+            f"evaluation samples run only in a bubblewrap sandbox, and none can be made here: {exc}. An operator "
+            f"must {INSTALL_HINT}. Running them unconfined, next to the worker's secrets, is a person's choice: "
+            f"{EVAL_SANDBOX_ENV}=none in the worker's environment"
+        ) from None
+    return "bwrap"
+
+
 def select(files: list[SampleFile], only: list[str] | None) -> list[SampleFile]:
     """The samples to run: all, or those whose id (or file stem) is in ``only``."""
     if only is None:
@@ -148,15 +169,18 @@ def run_evaluation(
     started = time.monotonic()
     out_dir = Layout(Path(root)).outputs(iteration)
     check_folders(out_dir, iteration)
+    sandbox = check_sandbox()
     chosen = select(load_samples(out_dir / "samples"), only)
     # Sequential on purpose: the machine has two cores, and a sample's limits are
     # easier to reason about when nothing else competes with it.
     done = [evaluate_sample(item, out_dir, timeout_s=timeout_s, memory_mb=memory_mb) for item in chosen]
     _write_traces(out_dir / "traces", done, full_run=only is None, files=files)
-    lines = "".join(json.dumps(e.result.model_dump(), ensure_ascii=False) + "\n" for e in done)
+    # Redacted before anything is written: a sample may print or return what it found (a key).
+    lines = "".join(json.dumps(redact_value(e.result.model_dump()), ensure_ascii=False) + "\n" for e in done)
     files.write(out_dir / "results.jsonl", lines)  # a re-run replaces the previous evaluation
     report = _report(iteration, done, timeout_s, memory_mb, started, model_label, only)
-    report.update(_history(out_dir / "report.json"))
+    report.update(_history(out_dir / "report.json"), sandbox=sandbox)
+    report = redact_value(report)
     files.write(out_dir / "report.json", json_text(report))
     return report
 
@@ -180,7 +204,7 @@ def _write_traces(traces: Path, done: list[Evaluated], *, full_run: bool, files:
             if old.name not in names:
                 files.unlink(old)
     for name, item in zip(names, done, strict=True):
-        files.write(traces / name, json_text(item.trace))
+        files.write(traces / name, json_text(redact_value(item.trace)))
 
 
 def _report(

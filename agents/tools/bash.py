@@ -1,30 +1,19 @@
 """``Bash``: a command in the scenario folder, in its own process group, with a time
 limit and bounded output (a head and a tail of each stream are kept).
 
-The command runs in a bubblewrap (``bwrap``) sandbox unless the operator set
-``bash_sandbox = "none"``. The sandbox's shape, and why:
+The command runs in the sandbox every piece of code a model wrote runs in
+(``agents/sandbox/bwrap.py`` says what it is and why) unless the operator set
+``bash_sandbox = "none"``. Bash's own parts:
 
 - The scenario folder is bound read-write at ``/scenario``, the working directory:
   the only host files the command can change. A fixed path means symlinks and
   ``..`` resolve inside the sandbox's own tree, where host paths do not exist.
-- ``/usr`` read-only, and ``/bin``, ``/lib``... as the host has them (symlinks into
-  ``/usr`` on merged-usr systems, read-only binds otherwise): enough to run
-  programs. No ``/etc`` at all: bash, coreutils and Python start without it (glibc
-  finds Debian's multiarch libraries without ``ld.so.cache``); the price is that
-  user and host names do not resolve (``whoami`` fails), which scenario work does not need.
-- The Python baton runs on, when it lives outside ``/usr`` (a venv, pyenv), read-only
-  at its own path and first on PATH: the evaluation harness runs the scenario's code
-  with that interpreter, so the agent can test it with the same one and its packages.
-- No host ``/home``, ``/root``, ``/work`` or ``/tmp``: a private tmpfs at ``/tmp``
-  of at most 512 MiB (also HOME, so caches do not litter the folder), a fresh
-  ``/proc`` of the sandbox's own PID namespace and a minimal ``/dev``.
-- ``--unshare-all``: no network (only its own loopback), no view of host processes or
-  IPC. ``--unshare-user`` (also for a worker running as root, which bwrap would
-  otherwise leave in the host's user namespace) with ``--disable-userns``: no nested
-  user namespaces, a large share of the kernel's attack surface. ``--cap-drop ALL``:
-  root keeps no capability inside. ``--new-session``: the command cannot push input
-  into a terminal. ``--die-with-parent``: the sandbox goes if the worker dies.
-- ``--clearenv``: only PATH, HOME and LANG, so no secret of the worker's environment.
+  ``scenario.toml``, ``brief.md``, ``CONVENTIONS.md``, ``run.json`` and ``state/`` are
+  bound read-only over it; one of them the command creates is removed afterwards (``PROTECTED``).
+- ``/tmp`` (at most 512 MiB) is also HOME, so caches do not litter the folder; the
+  environment holds PATH, HOME and LANG only.
+- ``ulimit -u`` and ``-v`` inside, and a cgroup where the machine offers one
+  (agents/sandbox/cgroup.py, limits.py): a process count and memory for the whole command.
 
 bwrap is started in its own process group as before; killing that group kills the
 outer bwrap, ``--die-with-parent`` kills the sandbox's init, and with it the kernel
@@ -42,14 +31,18 @@ import os
 import selectors
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.config import BashSandbox
+from agents.conventions import FILE as CONVENTIONS
 from agents.cpu_slots import cpu_slot
 from agents.processes import kill_group
+from agents.sandbox import cgroup
+from agents.sandbox.bwrap import EMPTY_ENV, INSTALL_HINT, SandboxUnavailable, python_path_dirs, usable_bwrap
+from agents.sandbox.bwrap import command as sandbox_command
+from agents.sandbox.limits import BASH_MEMORY_MB, MAX_PROCESSES
 from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, error, ok, string_input
 from context.redaction import is_secret_name
 
@@ -114,93 +107,51 @@ def _utf8_tail(raw: bytes) -> str:
 
 
 def _clean_env() -> dict[str, str]:
-    """The worker's environment without the API key, the broker URLs (they carry the
-    Redis password) or anything named like a secret."""
+    """For an unconfined command only: the worker's environment without the API key, the
+    broker URLs (they carry the Redis password) or anything named like a secret. A sandbox
+    gets nothing of it (agents/sandbox/bwrap.py)."""
     hidden = {"ANTHROPIC_API_KEY", "BATON_BROKER_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}
     return {k: v for k, v in os.environ.items() if k not in hidden and not is_secret_name(k)}
 
 
 SANDBOX_DIR = "/scenario"
-TMP_BYTES = 512 * 1024 * 1024  # the private /tmp lives in memory: without a cap it may take half the host's RAM
-INSTALL_HINT = (
-    "install bubblewrap on the worker (`apt-get install -y bubblewrap` on Debian/Ubuntu; it needs unprivileged "
-    "user namespaces, or a worker running as root)"
-)
-# Only successes are remembered: a failure may be fixed (bwrap installed, namespaces
-# allowed) while the worker runs, and each Bash call then tries again.
-_WORKING_BWRAP: set[str] = set()
-
-
-def _system_binds() -> list[str]:
-    """/usr read-only, and /bin, /lib... as the host has them: symlinks into /usr
-    on merged-usr systems, read-only binds of the real directories otherwise."""
-    args = ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        path = Path("/", name)
-        if path.is_symlink():
-            args += ["--symlink", os.readlink(path), str(path)]
-        elif path.is_dir():
-            args += ["--ro-bind", str(path), str(path)]
-    return args
-
-
-def _python_dirs() -> list[str]:
-    """The install trees of the Python baton runs on that lie outside /usr (a venv and
-    the interpreter it links to): the scenario's code is evaluated with this Python."""
-    dirs = []
-    for prefix in dict.fromkeys((sys.base_prefix, sys.prefix)):
-        path = Path(prefix)
-        # (one the worker cannot read, e.g. under another user's home, would make bwrap fail)
-        readable = path.is_dir() and os.access(path, os.R_OK | os.X_OK)
-        if readable and path.resolve() != Path("/") and not path.resolve().is_relative_to("/usr"):
-            dirs.append(str(path))
-    return dirs
-
-
-def _base_args(bwrap: str) -> list[str]:
-    """The isolation every sandbox gets, without the folder: also what the probe runs."""
-    return [
-        bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
-        "--die-with-parent", "--new-session", "--hostname", "sandbox",
-        *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
-    ]
+# What a person configures and what baton alone writes: read-only inside (their absence is
+# kept too: one the command creates is removed afterwards). The scenarios folder around
+# (its shared CONVENTIONS.md) is not in the sandbox at all.
+PROTECTED = ("scenario.toml", "brief.md", CONVENTIONS, "run.json", "state")
 
 
 def bwrap_command(bwrap: str, root: Path, command: str) -> list[str]:
-    """The argv that runs ``command`` with bash in a sandbox where ``root`` is /scenario."""
-    python_dirs = _python_dirs()
-    venv_bin = [f"{sys.prefix}/bin"] if sys.prefix in python_dirs else []  # else it is under /usr already
-    path = ":".join([*venv_bin, "/usr/local/bin", "/usr/bin", "/bin"])
-    args = _base_args(bwrap)
-    for directory in python_dirs:
-        args += ["--ro-bind", directory, directory]
-    return [
-        *args, "--bind", str(root.resolve()), SANDBOX_DIR, "--chdir", SANDBOX_DIR,
-        "--clearenv", "--setenv", "PATH", path, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
-        "bash", "-c", command,
-    ]
+    """The argv that runs ``command`` with bash in a sandbox where ``root`` is /scenario,
+    its protected files read-only, and the process and memory limits set inside."""
+    root = root.resolve()
+    read_only = {root / name: f"{SANDBOX_DIR}/{name}" for name in PROTECTED if _exists(root / name)}
+    limits = f"ulimit -u {MAX_PROCESSES} -v {BASH_MEMORY_MB * 1024} && exec bash -c \"$1\""
+    return sandbox_command(
+        bwrap, writable={root: SANDBOX_DIR}, read_only=read_only, chdir=SANDBOX_DIR,
+        env={"PATH": ":".join(python_path_dirs()), "HOME": "/tmp", "LANG": "C.UTF-8"},
+        argv=["bash", "-c", limits, "bash", command],
+    )
 
 
-class SandboxUnavailable(RuntimeError):
-    """bwrap is missing or cannot make a sandbox on this host; the message says why."""
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
 
 
-def usable_bwrap() -> str:
-    """The path of a bwrap that can make a sandbox here: a trial sandbox runs until one works."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        raise SandboxUnavailable("bubblewrap (`bwrap`) is not installed: it was not found on PATH")
-    if bwrap in _WORKING_BWRAP:
-        return bwrap
-    try:
-        probe = subprocess.run([*_base_args(bwrap), "true"], capture_output=True, timeout=10, env=_clean_env())
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SandboxUnavailable(f"{bwrap} could not be run: {exc}") from None
-    if probe.returncode != 0:
-        why = probe.stderr.decode("utf-8", errors="replace").strip() or f"exit code {probe.returncode}"
-        raise SandboxUnavailable(f"{bwrap} cannot create a sandbox here: {why}")
-    _WORKING_BWRAP.add(bwrap)
-    return bwrap
+def _remove_created(root: Path, before: set[str]) -> list[str]:
+    """Protected names the command created (it cannot change existing ones): removed, so a
+    scenario.toml written from Bash never takes effect. Runs after the sandbox has ended."""
+    removed = []
+    for name in PROTECTED:
+        path = root / name
+        if name in before or not _exists(path):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(name)
+    return removed
 
 
 def _collect(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture, deadline: float) -> tuple[bool, bool]:
@@ -242,8 +193,9 @@ _SANDBOXED = (
     "The command runs in a sandbox: the scenario folder, mounted at /scenario, is the only folder of the "
     "host it can see or change (use relative paths; symlinks pointing outside it lead nowhere); system "
     "programs under /usr are read-only, /tmp is private (512 MiB) and emptied after every command, no /etc "
-    "and NO network. Background processes end when the command does. The environment holds only PATH, "
-    "HOME=/tmp and LANG. "
+    "and NO network. scenario.toml, brief.md, CONVENTIONS.md, run.json and state/ are read-only (they are the "
+    f"operator's and baton's). At most {MAX_PROCESSES} processes. Background processes end when the command does. The "
+    "environment holds only PATH, HOME=/tmp and LANG. "
 )
 _UNCONFINED = (
     "The command is NOT sandboxed: the operator turned the sandbox off, so it runs on the worker's host with "
@@ -286,24 +238,33 @@ class BashTool(FileTool):
             )
         command = string_input(tool_input, "command")
         limit = self._limit(tool_input, ctx)
-        if ctx.settings.bash_sandbox == "bwrap":
+        confined = ctx.settings.bash_sandbox == "bwrap"
+        before = {name for name in PROTECTED if _exists(ctx.root / name)}
+        if confined:
             try:
                 argv = bwrap_command(usable_bwrap(), ctx.root, command)
             except SandboxUnavailable as exc:
                 return error(_sandbox_error(str(exc), ctx.agent))
         else:
             argv = ["bash", "-c", command]
+        group = cgroup.create(BASH_MEMORY_MB, MAX_PROCESSES) if confined else None
         with cpu_slot():  # a worker serving many steps runs at most a core's worth of commands at once
             started = time.monotonic()
-            proc = subprocess.Popen(
-                argv,
-                cwd=ctx.root,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=_clean_env(),  # bwrap clears it again for the sandbox
-                start_new_session=True,  # its own process group, so a timeout can kill all of it
-            )
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=ctx.root,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=EMPTY_ENV if confined else _clean_env(),  # bwrap's own PID 1 shows its environment
+                    start_new_session=True,  # its own process group, so a timeout can kill all of it
+                    preexec_fn=group.join if group else None,  # noqa: PLW1509 - one write to a cgroup file
+                )
+            except BaseException:
+                if group:
+                    group.close()
+                raise
             out, err = _Capture(ctx.settings.output_cap_chars), _Capture(ctx.settings.output_cap_chars)
             timed_out = lingering = True  # if collecting fails, clean up as after a timeout
             try:
@@ -316,8 +277,15 @@ class BashTool(FileTool):
                 proc.wait()
                 proc.stdout.close()  # type: ignore[union-attr]
                 proc.stderr.close()  # type: ignore[union-attr]
+                if group:
+                    group.close()
         data = self._data(command, proc, out, err, timed_out, lingering, limit, time.monotonic() - started)
-        if ctx.settings.bash_sandbox == "none":
+        removed = _remove_created(ctx.root, before) if confined else []
+        if removed:
+            data["removed"] = removed
+            data["note"] = (f"{', '.join(removed)} cannot be created from Bash (a person configures them, or baton "
+                            "writes them) and were removed")
+        if not confined:
             data["unconfined"] = True  # plain in every result, whatever the description said
         return ok(data)
 

@@ -1,0 +1,92 @@
+"""``baton evaluate NAME [--iteration N]``: an iteration's evaluation run again from what is on
+disk, without a model: a person who fixed a checker by hand re-checks it (docs/evaluation.md).
+The same sandbox and limits as the run's own evaluations (the execute agent's settings, under
+the run's profile). Registered on the CLI by ``workers/cli.py``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from agents.config import ConfigError
+from agents.evaluation.run import EvaluationError, run_evaluation
+from agents.settings_layers import resolve_config
+from scenarios.run import load_run
+from scenarios.store import Layout
+from workers import loop
+from workers.errors import CliError, guarded
+from workers.render import moving, new_table, out, say
+
+LABEL = "baton evaluate"
+REASON_CHARS = 160
+
+
+def evaluate(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="the scenario")],
+    iteration: Annotated[int | None, typer.Option(
+        min=1, help="which iteration [default: the last one with outputs]")] = None,
+    profile: Annotated[str | None, typer.Option(help="settings profile [default: the run's]")] = None,
+) -> None:
+    """Run an iteration's evaluation again from disk (no model) and print the report."""
+    root = loop.scenario_root(name)
+    record = load_run(root)
+    if moving(record):
+        phase = record.phase if record else ""
+        raise CliError(f"{name} is {phase} (run.json): its agents may be writing the iteration now",
+                       f"wait until it stops or finishes (`baton status {name}`), then evaluate again")
+    chosen = iteration or last_iteration(root)
+    if not Layout(root).outputs(chosen).is_dir():
+        have = ", ".join(map(str, iterations(root))) or "none"
+        raise CliError(f"{name} has no execution_outputs/iteration_{chosen}/ (iterations with outputs: {have})",
+                       "pass one of those to --iteration, or leave it out for the last one")
+    try:
+        config = resolve_config("execute", scenario_toml=Layout(root).toml,
+                                profile=profile or (record.profile if record else None))
+        report = run_evaluation(root, chosen, timeout_s=config.tools.eval_timeout_s,
+                                memory_mb=config.tools.eval_memory_mb, model_label=LABEL)
+    except (EvaluationError, ConfigError) as exc:
+        raise CliError(str(exc)) from None
+    show(root, report)
+
+
+def iterations(root: Path) -> list[int]:
+    """Every ``execution_outputs/iteration_<n>`` that holds anything, in order."""
+    outputs = root / "execution_outputs"
+    return sorted(int(m.group(1)) for p in (outputs.iterdir() if outputs.is_dir() else [])
+                  if (m := re.fullmatch(r"iteration_(\d+)", p.name)) and p.is_dir() and any(p.iterdir()))
+
+
+def last_iteration(root: Path) -> int:
+    found = iterations(root)
+    if not found:
+        raise CliError(f"{root.name} has no execution outputs yet: no {root}/execution_outputs/iteration_<n>/",
+                       f"run the scenario first (`baton run {root.name}`)")
+    return found[-1]
+
+
+def show(root: Path, report: dict[str, Any]) -> None:
+    if report.get("sandbox") == "none":
+        say(Text("samples ran UNCONFINED (BATON_EVAL_SANDBOX=none)", style="bold red"))
+    failures = report["failures"]
+    if failures:
+        table = new_table("sample", "layer", "reason")
+        for failure in failures:
+            reason = failure["reason"]
+            table.add_row(failure["sample"], failure["layer"],
+                          reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "...")
+        out.print(table)
+    layers = ", ".join(f"{layer} {count}" for layer, count in report["failures_per_layer"].items())
+    where = Layout(root).outputs(report["iteration"])
+    say(Text(f"{root.name} iteration {report['iteration']} (evaluation run {report['run']}): "
+             f"{report['passed']}/{report['total']} passed, success rate {report['success_rate']:.0%}; "
+             f"failures by layer: {layers}; {report['duration_s']:.1f} s"))
+    say(Text(f"written: {where}/report.json, results.jsonl and traces/"))
+
+
+def register(cli: typer.Typer, cls: type) -> None:
+    """Add the command to the ``baton`` app (``cls``: its usage formatting)."""
+    cli.command("evaluate", cls=cls)(guarded(evaluate))
