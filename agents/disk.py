@@ -59,9 +59,6 @@ class AgentState(BaseModel):
     # The conventions text the system prompt carries, fixed at the agent's first step: the system prompt
     # never changes within a conversation (thinking is signed over it); a later change is a new message.
     system_conventions: str | None = None
-    # The previous request's message count plus its reply, the prefix digest after the reply, and its
-    # view plan (context.assembly.Assembled.plan): whether the next request extends it exactly.
-    last_prefix: dict[str, Any] | None = None
     # Raised when the API refused a thinking block baton sent back: every block stamped before is left out.
     thinking_epoch: int = 0
     thinking_epoch_step: int = 0  # the step that raised it last: a second refusal at the same step fails
@@ -83,6 +80,9 @@ class LogRecord(BaseModel):
     # that a crash before events.jsonl and agent.json got their copies loses nothing (AgentDisk.claim).
     event: dict[str, Any] | None = None
     estimator: dict[str, Any] | None = None
+    # An assistant record's request, for the next one to compare with: its message count plus this reply, the
+    # prefix digest after the reply (context.prefix) and its view plan (context.assembly.Assembled.plan).
+    prefix_after: dict[str, Any] | None = None
     at: str = ""
 
 

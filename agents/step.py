@@ -298,11 +298,11 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
     # The event and what the estimator learned ride in the log record too: a crash before
     # events.jsonl and agent.json have them loses nothing (AgentDisk.claim restores them).
     disk.append("assistant", step, disk.iteration(), message, model=agent.model.label, request=request.fingerprint(),
-                event=event_record(stepped), estimator=estimator.to_dict())
+                event=event_record(stepped), estimator=estimator.to_dict(),
+                prefix_after={"n": len(assembled.messages) + 1, "digest": reply_digest, "plan": assembled.plan})
     fault("after_append_response", step)
     disk.state.too_long_after_compaction = 0
     disk.state.estimator, disk.state.estimator_step = estimator.to_dict(), step
-    disk.state.last_prefix = {"n": len(assembled.messages) + 1, "digest": reply_digest, "plan": assembled.plan}
     disk.save_state()
     disk.event(stepped)
     fault("after_persist_response", step)
@@ -324,7 +324,8 @@ def _request(agent: Agent, assembled: Assembled, static: StaticPrefix, max_token
 def _prefix_continuity(disk: AgentDisk, assembled: Assembled) -> tuple[bool | None, bool | None]:
     """Whether this request's messages extend the previous request's plus its reply exactly, and whether
     the engine changed the view since on purpose (a batch left the verbatim window, a compaction)."""
-    last, chain = disk.state.last_prefix, assembled.chain
+    record, chain = disk.last_step(), assembled.chain
+    last = record.prefix_after if record is not None else None  # in the log record: as crash-safe as the log
     if not last or chain is None:
         return None, None
     n = int(last.get("n", 0))

@@ -111,8 +111,8 @@ IGNORED_KEYS = {"at", "since", "duration_s", "generated_at", "started_at", "upda
 # in tool results make every later request differ, hence its fingerprint ("request"), and a few characters of
 # length, hence the token estimates ("estimated_input"; a compaction's "tokens_before"/"tokens_after") and the
 # estimator calibrated on the usage ("estimator"). Where a compaction happens is still compared (its after_step).
-# The prefix digest after the last reply ("last_prefix", context/prefix.py) hashes those requests too.
-ESTIMATES = {"request", "estimated_input", "tokens_before", "tokens_after", "estimator", "last_prefix"}
+# The prefix digest after a reply ("prefix_after", context/prefix.py) hashes those requests too.
+ESTIMATES = {"request", "estimated_input", "tokens_before", "tokens_after", "estimator", "prefix_after"}
 IGNORED_KEYS |= ESTIMATES
 # The same clocks quoted inside text: a tool result (Read of report.json, a file's "mtime") lands in the log, in
 # tool_results/*.txt and so in the next request. Two undisturbed runs differ there, so inside any string the values

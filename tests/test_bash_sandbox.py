@@ -224,6 +224,7 @@ def bin_without_bwrap(tmp_path: Path, monkeypatch) -> Path:
     assert bash is not None
     (folder / "bash").symlink_to(bash)
     monkeypatch.setenv("PATH", str(folder))
+    monkeypatch.setattr("agents.sandbox.bwrap.SYSTEM_BWRAPS", ())  # nor where distributions install it
     return folder
 
 

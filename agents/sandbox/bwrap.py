@@ -106,11 +106,17 @@ def command(
     return [*args, *argv]
 
 
+SYSTEM_BWRAPS = ("/usr/bin/bwrap", "/bin/bwrap", "/usr/local/bin/bwrap")
+
+
 def usable_bwrap() -> str:
     """The path of a bwrap that can make a sandbox here: a trial sandbox runs until one works."""
-    bwrap = shutil.which("bwrap")
+    # On PATH first; then where distributions install it, for a worker started with a bare PATH (a service
+    # manager, a minimal environment): the sandbox must not depend on how the worker was launched.
+    bwrap = shutil.which("bwrap") or next((p for p in SYSTEM_BWRAPS if os.access(p, os.X_OK)), None)
     if bwrap is None:
-        raise SandboxUnavailable("bubblewrap (`bwrap`) is not installed: it was not found on PATH")
+        raise SandboxUnavailable("bubblewrap (`bwrap`) is not installed: it was not found on PATH nor in "
+                                 f"{', '.join(SYSTEM_BWRAPS)}")
     if bwrap in _WORKING_BWRAP:
         return bwrap
     try:
