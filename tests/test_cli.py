@@ -397,3 +397,34 @@ def test_status_tells_a_stalled_run_from_a_live_one(awaiting: Path, tmp_path: Pa
     activity = json.loads(live.output)["activity"]
     assert activity["alive"] and activity["embedded_run"]["command"] == "baton run refund_desk"
     assert activity["workers"] is None and activity["seconds_since_last_step"] >= 0
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_status_fits_the_terminal_and_never_cuts_a_scenario_its_phase_or_iteration(
+        finished: tuple[Path, Result], awaiting: Path, tmp_path: Path, columns: int) -> None:
+    copy_of(finished[0], tmp_path)
+    waiting = tmp_path / "customer_support_refunds"
+    shutil.copytree(awaiting, waiting)
+    broken = tmp_path / "erred"
+    shutil.copytree(finished[0], broken)
+    error = "execute step 14: " + "the model API answered 529 overloaded after every retry; " * 6
+    (broken / "run.json").write_text(json.dumps(run_json(broken) | {"status": "error", "last_error": error}))
+    shown = invoke(tmp_path, "status", COLUMNS=str(columns))
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert max(len(line) for line in lines if "│" in line or "┃" in line) <= columns, shown.output
+    for name in ("refund_desk", waiting.name, "erred"):
+        record = run_json(tmp_path / name)
+        (row,) = [line for line in lines if f" {name} " in line and "│" in line]
+        cells = [cell.strip() for cell in row.split("│")]
+        assert cells[1:5] == [name, record["phase"], str(record["iteration"]), record["status"]], (row, shown.output)
+    # The paragraph of an error is shown whole, on its own line(s), not cut to fit a column.
+    assert error.strip() in " ".join(line.strip() for line in lines if "│" not in line), shown.output
+
+
+def test_status_lists_scenarios_line_by_line_when_even_the_essential_columns_do_not_fit(
+        finished: tuple[Path, Result], tmp_path: Path) -> None:
+    name = "a_scenario_whose_name_alone_takes_most_of_an_eighty_column_window"
+    shutil.copytree(finished[0], tmp_path / name)
+    shown = invoke(tmp_path, "status", COLUMNS="80")
+    assert shown.exit_code == 0 and f"{name}: done, iteration 2, succeeded" in shown.output, shown.output

@@ -39,8 +39,9 @@ from workers import export_commands, gc_pauses, loop
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
+from workers.overview import status_overview
 from workers.readmodel import context_json, read_agent, scenario_roots, status_json
-from workers.render import err, layers_table, out, say, status_overview, status_report
+from workers.render import err, layers_table, out, say, status_report
 from workers.timeline import plot_timeline
 
 EXIT_WAITING = 3  # the run stopped to wait for `baton approve` or `baton reject`: not a success, not an error
