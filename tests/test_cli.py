@@ -428,3 +428,22 @@ def test_status_lists_scenarios_line_by_line_when_even_the_essential_columns_do_
     shutil.copytree(finished[0], tmp_path / name)
     shown = invoke(tmp_path, "status", COLUMNS="80")
     assert shown.exit_code == 0 and f"{name}: done, iteration 2, succeeded" in shown.output, shown.output
+
+
+@pytest.mark.parametrize("args, env, says, not_says", [
+    (["--profile", "bogus"], {}, "fix the value given on the command line", "scenario.toml"),
+    ([], {"BATON_PROFILE": "bogus"}, "fix the BATON_* environment variable named above", "scenario.toml"),
+    ([], {"BATON_INIT_WINDOWS": "5"}, "fix the BATON_* environment variable named above", "scenario.toml"),
+])
+def test_a_config_error_says_where_the_value_came_from(tmp_path: Path, args: list[str], env: dict[str, str],
+                                                       says: str, not_says: str) -> None:
+    copy_of(EXAMPLE, tmp_path)
+    result = invoke(tmp_path, "run", "refund_desk", *args, **env)
+    assert result.exit_code == 2 and says in result.output and not_says not in result.output, result.output
+
+
+def test_a_bad_value_in_scenario_toml_points_at_scenario_toml(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    (root / "scenario.toml").write_text((root / "scenario.toml").read_text() + "\n[agents.init]\nwindow = -1\n")
+    result = invoke(tmp_path, "run", "refund_desk")
+    assert result.exit_code == 2 and "fix scenario.toml named above" in result.output, result.output
