@@ -447,3 +447,21 @@ def test_a_bad_value_in_scenario_toml_points_at_scenario_toml(tmp_path: Path) ->
     (root / "scenario.toml").write_text((root / "scenario.toml").read_text() + "\n[agents.init]\nwindow = -1\n")
     result = invoke(tmp_path, "run", "refund_desk")
     assert result.exit_code == 2 and "fix scenario.toml named above" in result.output, result.output
+
+
+def test_a_start_that_cannot_reach_the_api_records_the_error_and_status_says_nothing_runs_it(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on once this block ends
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    copy_of(EXAMPLE, tmp_path)
+    result = invoke(tmp_path, "run", "refund_desk", "--auto-approve", ANTHROPIC_API_KEY="sk-ant-test",
+                    ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}")
+    assert result.exit_code == 2 and "ANTHROPIC_BASE_URL" in result.output, result.output
+    record = run_json(tmp_path / "refund_desk")
+    assert record["status"] == "error" and "Models API catalogue" in record["last_error"], record
+    overview = invoke(tmp_path, "status")
+    (row,) = [line for line in overview.output.splitlines() if " refund_desk " in line]
+    assert " error " in row and " running " not in row, overview.output
+    assert "nothing runs it" in overview.output and "baton resume refund_desk" in overview.output

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
 from rich.text import Text
 
-from agents.models import API_KEY_ENV
+from agents.models import API_KEY_ENV, ModelError
 from scenarios.run import load_run
 from scenarios.store import AGENTS
 from workers import loop
@@ -61,7 +63,8 @@ def execute(root: Path, tasks: list[loop.Task], url: str | None, profile: str | 
     else:
         if os.environ.get(API_KEY_ENV):
             # Pin the models now: a retired or unknown one stops the run before anything is dispatched.
-            loop.Team(root, profile=profile)
+            with failure_recorded(root):
+                loop.Team(root, profile=profile)
         dispatch_to(url, tasks, profile)
         if not follow or not follow_disk(root):
             return 0  # not following, or the user stopped following: the workers keep going
@@ -73,19 +76,32 @@ def run_here(root: Path, tasks: list[loop.Task], profile: str | None) -> bool:
     """Embedded: run the tasks in this process, refreshing progress after each; False if interrupted."""
     from workers.embedded import run_embedded
 
-    team = loop.Team(root, profile=profile)
-    simulated = any(team[role].model.label == SIMULATED for role in AGENTS)
     # Workers hold a Redis lock per agent; an embedded run holds the whole scenario, so two
     # shells running it at once cannot both write the same steps.
     try:
-        with scenario_lock(root), workers_excluded(root), Progress(root, simulated) as progress:
-            try:
-                run_embedded(tasks, team, on_task=progress.refresh)
-            except KeyboardInterrupt:
-                return False
+        with scenario_lock(root), workers_excluded(root), failure_recorded(root):
+            team = loop.Team(root, profile=profile)
+            simulated = any(team[role].model.label == SIMULATED for role in AGENTS)
+            with Progress(root, simulated) as progress:
+                try:
+                    run_embedded(tasks, team, on_task=progress.refresh)
+                except KeyboardInterrupt:
+                    return False
     except ScenarioBusy as busy:
         raise busy_error(busy) from None
     return True
+
+
+@contextmanager
+def failure_recorded(root: Path) -> Iterator[None]:
+    """An error that stops this process stops the run: run.json says ``error`` with the reason, not ``running``
+    as if something still ran it (an unreachable ANTHROPIC_BASE_URL, a model that cannot be pinned)."""
+    try:
+        yield
+    except Exception as exc:
+        known = isinstance(exc, (ModelError, CliError))  # messages written for the user; others need their kind
+        loop.record_failure(root, str(exc) if known else f"{type(exc).__name__}: {exc}")
+        raise
 
 
 def busy_error(busy: ScenarioBusy) -> CliError:

@@ -246,6 +246,14 @@ def after_step(root: Path, agent: Role, outcome: StepOutcome) -> list[Task]:
     return []  # skipped (a duplicate) or idle: nothing follows
 
 
+def record_failure(root: Path, error: str) -> None:
+    """A run that could not go on (its models could not be built, say): run.json says so, so that it does
+    not look alive; ``baton resume`` re-opens it."""
+    lease, record = _claimed(root)
+    if record is not None and not record.finished:
+        save_run(root, record.model_copy(update={"status": "error", "last_error": error}), lease)
+
+
 def do_compaction(root: Path, team: Team, agent: Role, after: int | None) -> tuple[CompactionOutcome, list[Task]]:
     outcome = run_compaction(root, team[agent], after)
     if outcome.skip in ("stale", "lease_lost"):

@@ -99,6 +99,8 @@ def status_row(root: Path, workers: list[str] | None = None) -> list[Any]:
         return [root.name, "?", "?", Text("unreadable", style="red"), "-", "-", "-", "-", note]
     record, agents = snap.record, snap.agents
     notes = [record.last_error] if record is not None and record.last_error else []
+    if record is not None and record.status == "error":
+        notes.append(f"nothing runs it: fix the cause, then `baton resume {root.name}`")
     notes += [f"{len(a.problems)} torn/bad log line(s) ({a.role})" for a in agents.values() if a.problems]
     notes += [f"{len(a.warnings)} warning(s) ({a.role})" for a in agents.values() if a.warnings]
     if toml_problem(root):

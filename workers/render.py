@@ -240,6 +240,8 @@ def status_report(root: Path) -> None:
                  f"auto-approve {'on' if record.auto_approve else 'off'}, updated {record.updated_at}"))
         if record.last_error:
             say(Text.assemble(("last error: ", "bold red"), record.last_error))
+        if record.status == "error":
+            say(Text(f"nothing runs it: fix the cause, then `baton resume {name}`"))
         if moving(record):
             say(activity_line(read_activity(snap), name))
         if record.results:
