@@ -57,17 +57,25 @@ def load_run(root: Path) -> RunRecord | None:
     """The run record, ``None`` if the scenario was never run, StoreError if it is unreadable."""
     path = Layout(Path(root)).run_json
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()  # decoded by json.loads: bad bytes are a corrupted file too
     except FileNotFoundError:
         return None
     try:
         return RunRecord.model_validate(json.loads(raw))
-    except (json.JSONDecodeError, ValidationError) as exc:
-        first = str(exc).splitlines()[0][:200]
+    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
         raise StoreError(
-            f"{path} is corrupted ({first}). Nothing was changed and the agents' logs and outputs are intact; "
-            "fix the file by hand (fields: phase, iteration, status) or restore it, then run `baton resume`"
+            f"{path} is corrupted ({_problems(exc)}). Nothing was changed and the agents' logs and outputs are "
+            f"intact; `baton resume {Path(root).name} --rebuild` rebuilds it from them (the broken file is kept "
+            "beside it), or fix or restore it by hand"
         ) from None
+
+
+def _problems(exc: Exception) -> str:
+    """Every missing or wrong field (pydantic stops at none), or where the JSON breaks."""
+    if not isinstance(exc, ValidationError):
+        return str(exc).splitlines()[0][:200]
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg'].lower()}"
+                     + (f" (got {e['input']!r})" if e["type"] != "missing" else "") for e in exc.errors())
 
 
 RUN_OUTPUTS = ("run.json", "design", "handoffs", "execution_outputs", "state")

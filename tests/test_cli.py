@@ -465,3 +465,62 @@ def test_a_start_that_cannot_reach_the_api_records_the_error_and_status_says_not
     (row,) = [line for line in overview.output.splitlines() if " refund_desk " in line]
     assert " error " in row and " running " not in row, overview.output
     assert "nothing runs it" in overview.output and "baton resume refund_desk" in overview.output
+
+
+# ---- a corrupted run.json, rebuilt from the folder ------------------------------------------
+
+SAME_RUN = ("phase", "iteration", "status", "auto_approve", "profile", "max_iterations", "target_success_rate",
+            "results", "feedback", "models", "last_error")
+
+
+@pytest.mark.parametrize("which", ["finished", "awaiting"])
+def test_resume_rebuild_infers_the_run_json_the_run_had(request: pytest.FixtureRequest, tmp_path: Path,
+                                                        which: str) -> None:
+    source = request.getfixturevalue(which)
+    root = copy_of(source[0] if which == "finished" else source, tmp_path)
+    before = run_json(root)
+    (root / "run.json").write_text('{"phase": "desig')
+    rebuilt = invoke(tmp_path, "resume", "refund_desk", "--rebuild")
+    assert rebuilt.exit_code == (0 if which == "finished" else 3), rebuilt.output
+    after = run_json(root)
+    assert {k: after[k] for k in SAME_RUN} == {k: before[k] for k in SAME_RUN}, rebuilt.output
+    assert "rebuilt refund_desk/run.json from the folder" in rebuilt.output and "profile demo" in rebuilt.output
+    (kept,) = root.glob("run.json.broken-*")
+    assert kept.read_text() == '{"phase": "desig'  # the broken file is kept beside it
+
+
+def test_a_run_whose_run_json_broke_goes_on_after_rebuild(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    stopped = invoke(tmp_path, "run", "refund_desk", "--profile", "demo", BATON_MAX_STEPS_PER_TURN="2")
+    assert stopped.exit_code == 2 and run_json(root)["phase"] == "designing"
+    (root / "run.json").write_bytes(b"\x00" * 40)  # what a disk fault leaves
+    refused = invoke(tmp_path, "resume", "refund_desk")
+    assert refused.exit_code == 2 and "baton resume refund_desk --rebuild" in refused.output, refused.output
+    rebuilt = invoke(tmp_path, "resume", "refund_desk", "--rebuild")
+    assert rebuilt.exit_code == 3 and run_json(root)["phase"] == "awaiting_approval", rebuilt.output
+    done = invoke(tmp_path, "run", "refund_desk", "--auto-approve")
+    assert done.exit_code == 0, done.output
+    record = run_json(root)
+    assert (record["phase"], record["status"], record["profile"]) == ("done", "succeeded", "demo")
+    assert [r["success_rate"] for r in record["results"]] == [0.8, 1.0]
+
+
+def test_resume_rebuild_refuses_a_readable_run_json(awaiting: Path, tmp_path: Path) -> None:
+    root = copy_of(awaiting, tmp_path)
+    before = (root / "run.json").read_text()
+    refused = invoke(tmp_path, "resume", "refund_desk", "--rebuild")
+    assert refused.exit_code == 2 and "nothing to rebuild" in refused.output
+    assert (root / "run.json").read_text() == before and not list(root.glob("run.json.broken-*"))
+
+
+def test_a_run_json_with_fields_missing_or_wrong_names_every_one(awaiting: Path, tmp_path: Path) -> None:
+    root = copy_of(awaiting, tmp_path)
+    record = run_json(root)
+    del record["scenario"]
+    record |= {"phase": "thinking", "iteration": 0}
+    (root / "run.json").write_text(json.dumps(record))
+    shown = invoke(tmp_path, "status", "refund_desk")
+    assert shown.exit_code == 2, shown.output
+    for field in ("scenario", "phase", "iteration"):
+        assert f"{field}:" in shown.output, shown.output
+    assert "--rebuild" in shown.output

@@ -41,6 +41,7 @@ from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
 from workers.overview import status_overview
 from workers.readmodel import context_json, read_agent, scenario_roots, status_json
+from workers.rebuild import rebuild_and_show
 from workers.render import err, layers_table, out, say, status_report
 from workers.timeline import plot_timeline
 
@@ -343,8 +344,13 @@ def reject(
 
 @command(cls=PlainUsage)
 @guarded
-def resume(name: Name, profile: Profile = None, embedded: Embedded = None, follow: Follow = True) -> None:
+def resume(name: Name, profile: Profile = None, embedded: Embedded = None, follow: Follow = True,
+           rebuild: Annotated[bool, typer.Option(
+               help="first rebuild a corrupted run.json from the folder (iterations, handoffs, reports, logs); "
+                    "the broken file is kept beside it")] = False) -> None:
     """Continue from what is on disk (after a crash, a stop or an error)."""
+    if rebuild:
+        rebuild_and_show(loop.scenario_root(name), profile)
     advance(name, loop.resume, profile, embedded, follow)
 
 

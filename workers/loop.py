@@ -166,7 +166,7 @@ def _ensure_opening(root: Path, record: RunRecord) -> None:
     crash between saving run.json and opening the turn is repaired by resume."""
     n = record.iteration
     if record.phase == "executing":
-        payload = _payload(root, n, "init")
+        payload = handoff_payload(root, n, "init")
         assert isinstance(payload, InitToExecute)
         open_turn(root, "execute", n, execute_opening(payload), key=f"iteration-{n}")
         return
@@ -175,7 +175,7 @@ def _ensure_opening(root: Path, record: RunRecord) -> None:
         text = init_opening(root.name, n, feedback=record.feedback, note=mention_note(root, record.feedback))
         open_turn(root, "init", n, text, key=f"iteration-{n}-rejection-{rejections}")
         return
-    report = _payload(root, n - 1, "execute") if n > 1 else None
+    report = handoff_payload(root, n - 1, "execute") if n > 1 else None
     assert report is None or isinstance(report, ExecuteToInit)
     # The brief is Init's to read (the opening names it); the files it mentions are noted here.
     note = mention_note(root, _brief_text(root)) if report is None else None
@@ -277,20 +277,20 @@ def do_phase(root: Path) -> list[Task]:
 def _next_phase(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     if (
         record.phase == "designing"
-        and _handoff_file(root, record.iteration, "init").exists()
+        and handoff_file(root, record.iteration, "init").exists()
         and AgentDisk.load(root, "init").turn_over()
     ):
         if record.auto_approve:
             return _open_execute(root, record, lease)
         save_run(root, record.model_copy(update={"phase": "awaiting_approval", "status": "waiting"}), lease)
         return []
-    if record.phase == "executing" and _handoff_file(root, record.iteration, "execute").exists():
+    if record.phase == "executing" and handoff_file(root, record.iteration, "execute").exists():
         return _after_execute(root, record, lease)
     return []
 
 
 def _after_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
-    report = _payload(root, record.iteration, "execute")
+    report = handoff_payload(root, record.iteration, "execute")
     assert isinstance(report, ExecuteToInit)
     result = IterationResult(iteration=record.iteration, success_rate=report.success_rate,
                              passed=report.totals.passed, total=report.totals.samples)
@@ -312,12 +312,12 @@ def _open_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     return resume(root)
 
 
-def _handoff_file(root: Path, iteration: int, agent: str) -> Path:
+def handoff_file(root: Path, iteration: int, agent: str) -> Path:
     return handoff_path(root, iteration, KIND[agent])
 
 
-def _payload(root: Path, iteration: int, agent: str) -> InitToExecute | ExecuteToInit:
-    path, kind = _handoff_file(root, iteration, agent), KIND[agent]
+def handoff_payload(root: Path, iteration: int, agent: str) -> InitToExecute | ExecuteToInit:
+    path, kind = handoff_file(root, iteration, agent), KIND[agent]
     try:
         return parse_payload_dict(kind, read_json(path, f"the {kind} handoff"))
     except ValueError as exc:
