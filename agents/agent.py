@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.config import AgentConfig
+from agents.config import AgentConfig, ConfigError
 from agents.conventions import conventions_for
 from agents.disk import AgentDisk
 from agents.models import Model
@@ -44,12 +44,7 @@ class Agent:
         return tools_for(self.config)
 
     def static(self, root: Path | None = None) -> StaticPrefix:
-        """System prompt (with the conventions of the scenario in ``root``, if any) and tool definitions."""
-        system = prompt(self.role, "system")
-        conventions = conventions_for(root).text if root is not None else ""
-        if conventions:
-            system = f"{system.rstrip()}\n\n{conventions}\n"
-        return StaticPrefix(system=system, tools=[definition(t) for t in self.tools().values()])
+        return static_prefix(self.config, root)
 
     def context(self, root: Path, iteration: int, memory: dict[str, Any]) -> ToolContext:
         label = self.model.label if self.model.label == "simulated" else ""
@@ -57,6 +52,31 @@ class Agent:
                            model_label=label, memory=memory)
 
     def assembler(self, disk: AgentDisk, history: History) -> Assembler:
-        estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()
-        return Assembler(history, self.config.context, agent=self.role, static=self.static(disk.layout.root),
-                         estimator=estimator)
+        return assembler_for(self.config, disk, history)
+
+
+def static_prefix(config: AgentConfig, root: Path | None = None) -> StaticPrefix:
+    """System prompt (with the conventions of the scenario in ``root``, if any) and tool definitions."""
+    system = prompt(config.role, "system")
+    conventions = conventions_for(root).text if root is not None else ""
+    if conventions:
+        system = f"{system.rstrip()}\n\n{conventions}\n"
+    return StaticPrefix(system=system, tools=[definition(t) for t in tools_for(config).values()])
+
+
+def assembler_for(config: AgentConfig, disk: AgentDisk, history: History) -> Assembler:
+    """The agent's context assembler; it needs no model (``baton context`` builds one without any)."""
+    estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()
+    return Assembler(history, config.context, agent=config.role, static=static_prefix(config, disk.layout.root),
+                     estimator=estimator)
+
+
+def check_threshold(config: AgentConfig, root: Path, source: str) -> None:
+    """A threshold at or below what the system prompt and tools alone take would compact on every step
+    (and no summary could bring the context under it): refused before the run starts."""
+    static = static_prefix(config, root).tokens
+    if config.context.threshold <= static:
+        raise ConfigError(
+            f"{config.role}.threshold = {config.context.threshold:,} (from {source}) is below what {config.role}'s "
+            f"system prompt and tools alone take ({static:,} tokens): every step would compact; raise it well "
+            f"above {static:,} (and the window with it)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from scenarios.lease import Lease
-from scenarios.store import Layout, StoreError, write_json
+from scenarios.store import Layout, StoreError, write_atomic, write_json
 
 Phase = Literal["designing", "awaiting_approval", "executing", "done"]
 Status = Literal["running", "waiting", "succeeded", "failed_target", "error"]
@@ -82,10 +83,26 @@ RUN_OUTPUTS = ("run.json", "design", "handoffs", "execution_outputs", "state")
 
 
 def copy_scenario(source: Path, target: Path) -> Path:
-    """A fresh copy of a scenario folder: its definition, none of its run outputs."""
+    """A fresh copy of a scenario folder: its definition, none of its run outputs, named after its new
+    folder (scenario.toml's ``name`` is the folder's: a run refuses any other)."""
     ignore = shutil.ignore_patterns(*RUN_OUTPUTS, "runs", "__pycache__")
     shutil.copytree(source, target, ignore=ignore)
+    toml = Path(target) / "scenario.toml"
+    if toml.is_file():
+        write_atomic(toml, renamed_toml(toml.read_text(encoding="utf-8"), Path(target).name))
     return target
+
+
+def renamed_toml(text: str, name: str) -> str:
+    """scenario.toml with its top-level ``name`` set to ``name``: a line edit, so comments and layout stay."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("["):
+            break  # a table begins: a ``name`` below it is not the scenario's
+        if re.match(r"\s*name\s*=", line):
+            lines[i] = f"name = {json.dumps(name)}\n"
+            return "".join(lines)
+    return f"name = {json.dumps(name)}\n" + text  # no name yet: a top-level key goes before any table
 
 
 # The example scenarios ship inside this package (pyproject.toml package-data), so an installed

@@ -344,7 +344,8 @@ def test_the_simulated_notice_is_said_once(awaiting: Path, tmp_path: Path) -> No
     assert result.exit_code == 0 and "SIMULATED" not in result.output, result.output
     approved = invoke(tmp_path, "approve", "refund_desk", "--profile", "demo")
     assert approved.output.count("SIMULATED model") == 1, approved.output  # the banner only, no log lines
-    verbose = invoke(tmp_path, "-v", "context", "refund_desk", "--profile", "demo")
+    # `baton context` builds no model (it reads); a command that runs the agents logs the notice at -v.
+    verbose = invoke(tmp_path, "-v", "resume", "refund_desk", "--profile", "demo")
     assert "using the SIMULATED model" in verbose.output
     assert root.exists()
 
@@ -524,3 +525,49 @@ def test_a_run_json_with_fields_missing_or_wrong_names_every_one(awaiting: Path,
     for field in ("scenario", "phase", "iteration"):
         assert f"{field}:" in shown.output, shown.output
     assert "--rebuild" in shown.output
+
+
+# ---- settings that cannot work, refused up front; read-only commands on any scenario ----------
+
+
+def test_a_threshold_below_the_system_prompt_and_tools_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    with open(root / "scenario.toml", "a") as toml:
+        toml.write("\n[agents.init]\nthreshold = 100\n")
+    refused = invoke(tmp_path, "run", "refund_desk", "--auto-approve")
+    assert refused.exit_code == 2, refused.output
+    assert "init.threshold = 100 (from" in refused.output and "system prompt and tools alone take" in refused.output
+    assert "fix scenario.toml named above" in refused.output
+    assert sorted(p.name for p in root.iterdir()) == ["brief.md", "scenario.toml"]
+
+
+def test_a_name_that_is_not_the_folder_s_is_refused(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    toml = root / "scenario.toml"
+    toml.write_text(toml.read_text().replace('name = "refund_desk"', 'name = "gift_desk"'))
+    refused = invoke(tmp_path, "run", "refund_desk", "--auto-approve")
+    assert refused.exit_code == 2 and "name = 'gift_desk' is not the folder's name 'refund_desk'" in refused.output
+    assert not (root / "run.json").exists()
+
+
+def test_a_copy_is_named_after_its_folder(tmp_path: Path) -> None:
+    copy_scenario(EXAMPLE, tmp_path / "desk2")
+    assert 'name = "desk2"' in (tmp_path / "desk2" / "scenario.toml").read_text()
+
+
+def test_read_only_commands_work_on_a_scenario_no_model_can_run_yet(tmp_path: Path) -> None:
+    assert invoke(tmp_path, "new", "gift_desk").exit_code == 0  # a new brief: the simulated model cannot play it
+    for agent in ("init", "execute"):
+        shown = invoke(tmp_path, "context", "gift_desk", "--agent", agent)
+        assert shown.exit_code == 0 and "system_and_tools" in shown.output and "has not run yet" in shown.output
+    as_json = json.loads(invoke(tmp_path, "context", "gift_desk", "--json").output)
+    assert as_json["next_request"]["layers"]["system_and_tools"] > 1000 and as_json["png"] is None
+    assert invoke(tmp_path, "status", "gift_desk").exit_code == 0 and invoke(tmp_path, "status").exit_code == 0
+    assert not (tmp_path / "gift_desk" / "state").exists()  # reading made nothing
+
+
+def test_context_builds_no_model(finished: tuple[Path, Result], tmp_path: Path) -> None:
+    copy_of(finished[0], tmp_path)  # a key, and an API that does not answer: reading needs neither
+    shown = invoke(tmp_path, "context", "refund_desk", ANTHROPIC_API_KEY="sk-ant-test",
+                   ANTHROPIC_BASE_URL="http://127.0.0.1:9")
+    assert shown.exit_code == 0 and "system_and_tools" in shown.output, shown.output

@@ -20,10 +20,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
-from agents.agent import Agent
+from agents.agent import Agent, check_threshold
 from agents.backends import check_model, model_for, scenario_brief
 from agents.catalogue import apply_pin
 from agents.compaction_task import run_compaction
+from agents.config import BUILT_IN, ConfigError
 from agents.conventions import conventions_for
 from agents.disk import AgentDisk, open_turn
 from agents.mentions import mention_note
@@ -33,7 +34,7 @@ from agents.outcomes import CompactionOutcome, StepOutcome
 from agents.payloads import ExecuteToInit, InitToExecute, parse_payload_dict
 from agents.pricing import price_for
 from agents.role import Role
-from agents.settings_layers import load_scenario_config, resolve_agents, scenario_prices
+from agents.settings_layers import load_scenario_config, resolve_agents, scenario_prices, setting_sources
 from agents.step import run_step
 from agents.tools.handoff import KIND, handoff_path
 from scenarios.lease import Lease, LeaseLost
@@ -110,11 +111,16 @@ def check_settings(root: Path, profile: str | None = None, env: Mapping[str, str
     command with ConfigError before it has written anything (run.json, state/); likewise a model that
     cannot drive this brief (ModelError: offline, a brief the simulated model has no script for)."""
     record = load_run(root)
-    load_scenario_config(Layout(root).toml)
-    configs = resolve_agents(root, env=env, profile=profile or (record.profile if record else None))
+    toml = Layout(root).toml
+    if (named := load_scenario_config(toml).name) != root.name:
+        raise ConfigError(f"{toml}: name = {named!r} is not the folder's name {root.name!r}, which is the scenario's "
+                          f"name everywhere (commands, workers, openings); set name = {root.name!r}")
+    chosen = profile or (record.profile if record else None)
+    configs = resolve_agents(root, env=env, profile=chosen)
     brief = scenario_brief(root)
-    for config in configs.values():
+    for role, config in configs.items():
         check_model(config, brief, env, f"{root.name}/brief.md")
+        check_threshold(config, root, setting_sources(root, role, env, chosen).get("threshold", BUILT_IN))
     conventions_for(root)  # a CONVENTIONS.md that exists but cannot be used stops here, naming the file
 
 
