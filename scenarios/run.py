@@ -80,6 +80,7 @@ def _problems(exc: Exception) -> str:
 
 
 RUN_OUTPUTS = ("run.json", "design", "handoffs", "execution_outputs", "state")
+STATE_LOCK = ".lock"  # state/.lock: the scenario lock (workers.scenario_lock), never archived with a run
 
 
 def copy_scenario(source: Path, target: Path) -> Path:
@@ -132,7 +133,7 @@ def archive_run(root: Path) -> Path | None:
     """Move a finished run's outputs to ``runs/<started_at>/`` so a new run starts clean
     and nothing of the old one is lost. Returns the archive folder."""
     root = Path(root)
-    present = [name for name in RUN_OUTPUTS if (root / name).exists()]
+    present = [name for name in RUN_OUTPUTS if (root / name).exists() and not _only_the_lock(root / name)]
     if not present:
         return None
     record = load_run(root)
@@ -144,8 +145,20 @@ def archive_run(root: Path) -> Path | None:
         target = root / "runs" / f"{stamp}-{n}"
     target.mkdir(parents=True)
     for name in present:
-        (root / name).rename(target / name)
+        if name == "state" and (root / name / STATE_LOCK).exists():
+            # The scenario lock stays where its holder (the command archiving this) and others look for it.
+            (target / name).mkdir()
+            for child in (root / name).iterdir():
+                if child.name != STATE_LOCK:
+                    child.rename(target / name / child.name)
+        else:
+            (root / name).rename(target / name)
     return target
+
+
+def _only_the_lock(path: Path) -> bool:
+    """state/ holding nothing but the scenario lock (or nothing at all): no run to archive."""
+    return path.is_dir() and {child.name for child in path.iterdir()} <= {STATE_LOCK}
 
 
 def claim_run(root: Path) -> Lease:

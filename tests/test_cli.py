@@ -571,3 +571,19 @@ def test_context_builds_no_model(finished: tuple[Path, Result], tmp_path: Path) 
     shown = invoke(tmp_path, "context", "refund_desk", ANTHROPIC_API_KEY="sk-ant-test",
                    ANTHROPIC_BASE_URL="http://127.0.0.1:9")
     assert shown.exit_code == 0 and "system_and_tools" in shown.output, shown.output
+
+
+def test_a_second_embedded_command_changes_nothing_before_it_exits_2(awaiting: Path, tmp_path: Path) -> None:
+    from workers.scenario_lock import scenario_lock
+
+    root = copy_of(awaiting, tmp_path)
+    errored = run_json(root) | {"status": "error", "last_error": "init: boom"}
+    (root / "run.json").write_text(json.dumps(errored))
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with scenario_lock(root, "baton run refund_desk"):
+        for command in (["run", "refund_desk", "--auto-approve", "--profile", "default"], ["resume", "refund_desk"],
+                        ["approve", "refund_desk"]):
+            busy = invoke(tmp_path, *command)
+            assert busy.exit_code == 2 and "already running in pid" in busy.output, busy.output
+        after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == {p: b for p, b in before.items() if p.name != ".lock"}  # run.json included: still errored

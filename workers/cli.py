@@ -269,7 +269,7 @@ def advance(name: str, move: Callable[[Path], list[loop.Task]], profile: str | N
     # Before ``move``: a bad setting or an unreachable broker must leave the disk as it was.
     loop.check_settings(root, profile)
     url = choose_mode(embedded)
-    code = execute(root, move(root), url, profile, follow)
+    code = execute(root, move, url, profile, follow)  # the move is made under the scenario lock
     if code == 0 and waiting_for_approval(root):
         code = EXIT_WAITING  # scripts tell "done" from "a human must look at the design now"
     if code:
