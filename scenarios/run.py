@@ -117,6 +117,22 @@ def shipped_example(name: str) -> Path | None:
     return folder if not name.startswith(("_", ".")) and (folder / "scenario.toml").is_file() else None
 
 
+def example_copied(root: Path) -> str | None:
+    """The shipped example whose brief.md this scenario's is (whitespace aside), when the scenario is a copy
+    under another name (``baton new NAME --from EXAMPLE``); None for the example itself or any other brief."""
+    root = Path(root)
+    try:
+        brief = " ".join((root / "brief.md").read_text(encoding="utf-8").split())
+    except (OSError, UnicodeDecodeError):
+        return None
+    for folder in sorted(EXAMPLES_DIR.iterdir()):
+        source = shipped_example(folder.name)
+        if source is not None and folder.name != root.name and (source / "brief.md").is_file() and \
+                " ".join((source / "brief.md").read_text(encoding="utf-8").split()) == brief:
+            return folder.name
+    return None
+
+
 def add_shipped_example(scenarios_dir: Path, name: str) -> Path | None:
     """Copy the shipped example ``name`` into ``scenarios_dir`` when that folder lacks it, so
     ``baton run refund_desk`` works from any folder. Returns the new folder, or None when

@@ -38,7 +38,7 @@ from agents.settings_layers import load_scenario_config, resolve_agents, scenari
 from agents.step import run_step
 from agents.tools.handoff import KIND, handoff_path
 from scenarios.lease import Lease, LeaseLost
-from scenarios.run import IterationResult, RunRecord, archive_run, claim_run, load_run, save_run
+from scenarios.run import IterationResult, RunRecord, archive_run, claim_run, example_copied, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name, read_json, write_json
 from workers.pinning import pin_models
 
@@ -170,22 +170,24 @@ def resume(root: Path) -> list[Task]:
 def _ensure_opening(root: Path, record: RunRecord) -> None:
     """Open the current phase's turn unless it is open already (idempotent by key), so a
     crash between saving run.json and opening the turn is repaired by resume."""
-    n = record.iteration
+    n, example = record.iteration, example_copied(root)
     if record.phase == "executing":
         payload = handoff_payload(root, n, "init")
         assert isinstance(payload, InitToExecute)
-        open_turn(root, "execute", n, execute_opening(payload), key=f"iteration-{n}")
+        open_turn(root, "execute", n, execute_opening(payload, example), key=f"iteration-{n}")
         return
     if record.feedback is not None:
         rejections = len(list(Layout(root).handoffs(n).glob("rejection_*.json")))
-        text = init_opening(root.name, n, feedback=record.feedback, note=mention_note(root, record.feedback))
+        text = init_opening(root.name, n, feedback=record.feedback, note=mention_note(root, record.feedback),
+                            example=example)
         open_turn(root, "init", n, text, key=f"iteration-{n}-rejection-{rejections}")
         return
     report = handoff_payload(root, n - 1, "execute") if n > 1 else None
     assert report is None or isinstance(report, ExecuteToInit)
     # The brief is Init's to read (the opening names it); the files it mentions are noted here.
     note = mention_note(root, _brief_text(root)) if report is None else None
-    open_turn(root, "init", n, init_opening(root.name, n, report=report, note=note), key=f"iteration-{n}")
+    text = init_opening(root.name, n, report=report, note=note, example=example)
+    open_turn(root, "init", n, text, key=f"iteration-{n}")
 
 
 def _brief_text(root: Path) -> str | None:
