@@ -164,7 +164,8 @@ def resolve_config(
     """
     toml_path = scenario_toml_path(scenario_toml) if scenario_toml is not None else None
     scenario = load_scenario_config(toml_path) if toml_path is not None else None
-    return _resolve(role, scenario, toml_path, os.environ if env is None else env, overrides, profile)
+    return build_config(role, _layers(role, scenario, toml_path, os.environ if env is None else env, overrides,
+                                      profile))
 
 
 def resolve_agents(
@@ -177,18 +178,7 @@ def resolve_agents(
     toml_path = scenario_toml_path(scenario_dir_or_toml) if scenario_dir_or_toml is not None else None
     scenario = load_scenario_config(toml_path) if toml_path is not None else None
     env = os.environ if env is None else env
-    return {role: _resolve(role, scenario, toml_path, env, overrides, profile) for role in ROLES}
-
-
-def _resolve(
-    role: Role,
-    scenario: ScenarioConfig | None,
-    toml_path: Path | str | None,
-    env: Mapping[str, str],
-    overrides: Mapping[str, Any] | None,
-    profile: str | None,
-) -> AgentConfig:
-    return build_config(role, _layers(role, scenario, toml_path, env, overrides, profile))
+    return {role: build_config(role, _layers(role, scenario, toml_path, env, overrides, profile)) for role in ROLES}
 
 
 def setting_sources(scenario_dir: Path, role: Role, env: Mapping[str, str] | None = None,

@@ -198,7 +198,8 @@ def test_a_copy_s_opening_says_which_example_it_copies_and_the_double_plays_it(s
     from scenarios.run import copy_scenario, example_copied
 
     copied = copy_scenario(EXAMPLES / "refund_desk", tmp_path / "fa")
-    assert example_copied(copied) == "refund_desk" and example_copied(EXAMPLES / "refund_desk") is None  # not the example itself
+    assert example_copied(copied) == "refund_desk"
+    assert example_copied(EXAMPLES / "refund_desk") is None  # not the example itself
     status, _ = post(server, renamed(init_body(), "fa (a copy of the example refund_desk)"))
     assert status == 200  # played as the example, before any Read of brief.md
     # An edited copy is no copy: its opening names no example, and its brief is refused once read.
