@@ -32,6 +32,8 @@ COPY agents ./agents
 COPY scenarios ./scenarios
 COPY workers ./workers
 COPY baton ./baton
+COPY prompts ./prompts
+COPY setup.py ./
 # The wheel carries the role prompts and the example scenario (pyproject.toml package-data): check
 # that every prompt loads from the installed package. `python -P` keeps /src off sys.path, so
 # `agents` is the installed package.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.config import AgentConfig
+from agents.config import AgentConfig, ConfigError
 from agents.conventions import conventions_for
 from agents.disk import AgentDisk
 from agents.models import Model
@@ -45,17 +45,7 @@ class Agent:
 
     def static(self, root: Path | None = None, conventions: str | None = None, thinking_epoch: int = 0
                ) -> StaticPrefix:
-        """System prompt (with the conventions of the scenario in ``root``, if any) and tool definitions.
-
-        ``conventions``: the text the agent's system prompt was fixed with at its first step
-        (``AgentState.system_conventions``); a later change reaches the agent as a new message."""
-        system = prompt(self.role, "system")
-        if conventions is None:
-            conventions = conventions_for(root).text if root is not None else ""
-        if conventions:
-            system = f"{system.rstrip()}\n\n{conventions}\n"
-        return StaticPrefix(system=system, tools=[definition(t) for t in self.tools().values()],
-                            thinking_epoch=thinking_epoch)
+        return static_prefix(self.config, root, conventions, thinking_epoch)
 
     def context(self, root: Path, iteration: int, memory: dict[str, Any]) -> ToolContext:
         label = self.model.label if self.model.label == "simulated" else ""
@@ -63,6 +53,38 @@ class Agent:
                            model_label=label, memory=memory)
 
     def assembler(self, disk: AgentDisk, history: History) -> Assembler:
-        estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()
-        static = self.static(disk.layout.root, disk.state.system_conventions, disk.state.thinking_epoch)
-        return Assembler(history, self.config.context, agent=self.role, static=static, estimator=estimator)
+        return assembler_for(self.config, disk, history)
+
+
+def static_prefix(config: AgentConfig, root: Path | None = None, conventions: str | None = None,
+                  thinking_epoch: int = 0) -> StaticPrefix:
+    """System prompt (with the conventions of the scenario in ``root``, if any) and tool definitions.
+
+    ``conventions``: the text the agent's system prompt was fixed with at its first step
+    (``AgentState.system_conventions``); a later change reaches the agent as a new message. ``thinking_epoch``
+    (``AgentState``) starts the prefix chain (context.prefix)."""
+    system = prompt(config.role, "system")
+    if conventions is None:
+        conventions = conventions_for(root).text if root is not None else ""
+    if conventions:
+        system = f"{system.rstrip()}\n\n{conventions}\n"
+    return StaticPrefix(system=system, tools=[definition(t) for t in tools_for(config).values()],
+                        thinking_epoch=thinking_epoch)
+
+
+def assembler_for(config: AgentConfig, disk: AgentDisk, history: History) -> Assembler:
+    """The agent's context assembler; it needs no model (``baton context`` builds one without any)."""
+    estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()
+    static = static_prefix(config, disk.layout.root, disk.state.system_conventions, disk.state.thinking_epoch)
+    return Assembler(history, config.context, agent=config.role, static=static, estimator=estimator)
+
+
+def check_threshold(config: AgentConfig, root: Path, source: str) -> None:
+    """A threshold at or below what the system prompt and tools alone take would compact on every step
+    (and no summary could bring the context under it): refused before the run starts."""
+    static = static_prefix(config, root).tokens
+    if config.context.threshold <= static:
+        raise ConfigError(
+            f"{config.role}.threshold = {config.context.threshold:,} (from {source}) is below what {config.role}'s "
+            f"system prompt and tools alone take ({static:,} tokens): every step would compact; raise it well "
+            f"above {static:,} (and the window with it)")

@@ -11,13 +11,20 @@ from agents.payloads import ExecuteToInit, InitToExecute, render_payload
 from context.redaction import redact
 
 
+def scenario_line(scenario: str, example: str | None = None) -> str:
+    """``Scenario: <name>``, and for an unedited copy of a shipped example which one (``scenarios.run.
+    example_copied``): true for any model, and what lets the simulated model behind the API double, which sees
+    requests only, play a copy as it plays the example (agents.simulated, ``Conversation.script_name``)."""
+    return f"Scenario: {scenario}" + (f" (a copy of the example {example})" if example else "")
+
+
 def init_opening(
     scenario: str, iteration: int, *, feedback: str | None = None, report: ExecuteToInit | None = None,
-    note: str | None = None,
+    note: str | None = None, example: str | None = None,
 ) -> str:
     """Init's opening: the brief (iteration 1), a human's rejection, or Execute's report. ``note``: what
     baton adds at the end (agents.mentions: the files the brief or the feedback mentions)."""
-    lines = [f"Iteration: {iteration}", f"Scenario: {scenario}", ""]
+    lines = [f"Iteration: {iteration}", scenario_line(scenario, example), ""]
     if feedback is not None:
         lines += [
             "A human reviewed your design and rejected it with this feedback:",
@@ -45,11 +52,11 @@ def init_opening(
     return "\n".join(lines)
 
 
-def execute_opening(payload: InitToExecute) -> str:
+def execute_opening(payload: InitToExecute, example: str | None = None) -> str:
     n = payload.iteration
     return "\n".join([
         f"Iteration: {n}",
-        f"Scenario: {payload.scenario}",
+        scenario_line(payload.scenario, example),
         "",
         render_payload(payload),
         "",

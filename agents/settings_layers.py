@@ -169,7 +169,8 @@ def resolve_config(
     """
     toml_path = scenario_toml_path(scenario_toml) if scenario_toml is not None else None
     scenario = load_scenario_config(toml_path) if toml_path is not None else None
-    return _resolve(role, scenario, toml_path, os.environ if env is None else env, overrides, profile)
+    return build_config(role, _layers(role, scenario, toml_path, os.environ if env is None else env, overrides,
+                                      profile))
 
 
 def resolve_agents(
@@ -182,17 +183,26 @@ def resolve_agents(
     toml_path = scenario_toml_path(scenario_dir_or_toml) if scenario_dir_or_toml is not None else None
     scenario = load_scenario_config(toml_path) if toml_path is not None else None
     env = os.environ if env is None else env
-    return {role: _resolve(role, scenario, toml_path, env, overrides, profile) for role in ROLES}
+    return {role: build_config(role, _layers(role, scenario, toml_path, env, overrides, profile)) for role in ROLES}
 
 
-def _resolve(
+def setting_sources(scenario_dir: Path, role: Role, env: Mapping[str, str] | None = None,
+                    profile: str | None = None) -> dict[str, str]:
+    """Where each of ``role``'s settings comes from (a field absent here is the built-in default)."""
+    toml_path = scenario_toml_path(scenario_dir)
+    scenario = load_scenario_config(toml_path)
+    settings = _layers(role, scenario, toml_path, os.environ if env is None else env, None, profile)
+    return {field: setting.source for field, setting in settings.items()}
+
+
+def _layers(
     role: Role,
     scenario: ScenarioConfig | None,
     toml_path: Path | str | None,
     env: Mapping[str, str],
     overrides: Mapping[str, Any] | None,
     profile: str | None,
-) -> AgentConfig:
+) -> Settings:
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
     profile_name, profile_source = choose_profile(profile, env, scenario, toml_path)
@@ -205,7 +215,7 @@ def _resolve(
         settings.update(table_layer(scenario.agents, role, _toml_source(toml_path)))
     settings.update(env_layer(env, role))
     settings.update(table_layer(overrides or {}, role, lambda _: ARGUMENT))
-    return build_config(role, settings)
+    return settings
 
 
 def choose_profile(

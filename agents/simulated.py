@@ -19,7 +19,10 @@ name has the same brief, so it runs.
 A model built without a script (``SimulatedModel()``, as the fake API has it: it
 sees requests, not folders) chooses per request: by the brief the conversation
 quotes (a whole Read of brief.md), else by the example its opening names
-(``Scenario: <name>``): through the fake API, a copy under another name is refused.
+(``Scenario: <name>``), or by the example an unedited copy's opening says it copies
+(``Scenario: fa (a copy of the example refund_desk)``, written by baton when the copy's
+brief.md is the example's): a copy plays through the fake API as it plays offline. An
+edited copy is refused as soon as Init reads its brief.
 
 The model brings the machinery every script shares:
 
@@ -60,6 +63,7 @@ LABEL = "simulated"
 STATE_TAG = re.compile(r"<sim_state>(.*?)</sim_state>", re.DOTALL)
 ITERATION = re.compile(r"^Iteration: (\d+)", re.MULTILINE)
 SCENARIO = re.compile(r"^Scenario: (\S+)", re.MULTILINE)
+COPY_OF = re.compile(r"^Scenario: \S+ \(a copy of the example (\S+)\)$", re.MULTILINE)
 SUMMARY_ASK = "<compact_summary>"
 BRIEF = "brief.md"
 NUMBERED_LINE = re.compile(r"^ *\d+\t", re.MULTILINE)  # Read's line numbers ("     1\t")
@@ -223,9 +227,11 @@ class Conversation:
         if quoted is not None:
             return script_for_brief(quoted, "the brief.md this request quotes")
         named = [found for msg in self.messages if msg.role == "user" for found in SCENARIO.findall(msg.text)]
+        copied = [found for msg in self.messages if msg.role == "user" for found in COPY_OF.findall(msg.text)]
+        if copied and copied[-1] in known_scripts():
+            return copied[-1]  # an unedited copy (agents.openings.scenario_line): its brief is the example's
         if named and named[-1] in known_scripts():
             return named[-1]
-        # A copy of an example under another name ends up here too: the request names it, not its brief.
         scenario = f"scenario {named[-1]!r}" if named else "a scenario it does not name"
         raise unknown_brief(f"this request is for {scenario}, not an example the simulated model can play (a "
                             "model that sees requests only goes by the scenario's name until one quotes its brief.md)")

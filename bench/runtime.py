@@ -63,7 +63,7 @@ COMPACTION_PRIORITY = 0
 
 # What the workers run (scenario folders' own run outputs excluded: another session may run one).
 CODE_FILES = (("workers", "**/*.py"), ("agents", "**/*.py"), ("context", "**/*.py"), ("scenarios", "*.py"),
-              ("agents", "role_prompts/**/*.md"))
+              ("prompts", "**/*.md"))
 CODE_DIRS = tuple(dict.fromkeys(d for d, _ in CODE_FILES))
 TASK_DONE = re.compile(r"Task baton\.\w+\[[^\]]+\] succeeded in ([0-9.eE+-]+)s")
 TASK_RETRY = re.compile(r"Task baton\.\w+\[[^\]]+\] retry:")

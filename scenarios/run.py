@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from scenarios.lease import Lease
-from scenarios.store import Layout, StoreError, write_json
+from scenarios.store import Layout, StoreError, write_atomic, write_json
 
 Phase = Literal["designing", "awaiting_approval", "executing", "done"]
 Status = Literal["running", "waiting", "succeeded", "failed_target", "error"]
@@ -57,27 +58,52 @@ def load_run(root: Path) -> RunRecord | None:
     """The run record, ``None`` if the scenario was never run, StoreError if it is unreadable."""
     path = Layout(Path(root)).run_json
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()  # decoded by json.loads: bad bytes are a corrupted file too
     except FileNotFoundError:
         return None
     try:
         return RunRecord.model_validate(json.loads(raw))
-    except (json.JSONDecodeError, ValidationError) as exc:
-        first = str(exc).splitlines()[0][:200]
+    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
         raise StoreError(
-            f"{path} is corrupted ({first}). Nothing was changed and the agents' logs and outputs are intact; "
-            "fix the file by hand (fields: phase, iteration, status) or restore it, then run `baton resume`"
+            f"{path} is corrupted ({_problems(exc)}). Nothing was changed and the agents' logs and outputs are "
+            f"intact; `baton resume {Path(root).name} --rebuild` rebuilds it from them (the broken file is kept "
+            "beside it), or fix or restore it by hand"
         ) from None
 
 
+def _problems(exc: Exception) -> str:
+    """Every missing or wrong field (pydantic stops at none), or where the JSON breaks."""
+    if not isinstance(exc, ValidationError):
+        return str(exc).splitlines()[0][:200]
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg'].lower()}"
+                     + (f" (got {e['input']!r})" if e["type"] != "missing" else "") for e in exc.errors())
+
+
 RUN_OUTPUTS = ("run.json", "design", "handoffs", "execution_outputs", "state")
+STATE_LOCK = ".lock"  # state/.lock: the scenario lock (workers.scenario_lock), never archived with a run
 
 
 def copy_scenario(source: Path, target: Path) -> Path:
-    """A fresh copy of a scenario folder: its definition, none of its run outputs."""
+    """A fresh copy of a scenario folder: its definition, none of its run outputs, named after its new
+    folder (scenario.toml's ``name`` is the folder's: a run refuses any other)."""
     ignore = shutil.ignore_patterns(*RUN_OUTPUTS, "runs", "__pycache__")
     shutil.copytree(source, target, ignore=ignore)
+    toml = Path(target) / "scenario.toml"
+    if toml.is_file():
+        write_atomic(toml, renamed_toml(toml.read_text(encoding="utf-8"), Path(target).name))
     return target
+
+
+def renamed_toml(text: str, name: str) -> str:
+    """scenario.toml with its top-level ``name`` set to ``name``: a line edit, so comments and layout stay."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("["):
+            break  # a table begins: a ``name`` below it is not the scenario's
+        if re.match(r"\s*name\s*=", line):
+            lines[i] = f"name = {json.dumps(name)}\n"
+            return "".join(lines)
+    return f"name = {json.dumps(name)}\n" + text  # no name yet: a top-level key goes before any table
 
 
 # The example scenarios ship inside this package (pyproject.toml package-data), so an installed
@@ -89,6 +115,22 @@ def shipped_example(name: str) -> Path | None:
     """The folder of an example scenario that ships with baton (``refund_desk``), or None."""
     folder = EXAMPLES_DIR / name
     return folder if not name.startswith(("_", ".")) and (folder / "scenario.toml").is_file() else None
+
+
+def example_copied(root: Path) -> str | None:
+    """The shipped example whose brief.md this scenario's is (whitespace aside), when the scenario is a copy
+    under another name (``baton new NAME --from EXAMPLE``); None for the example itself or any other brief."""
+    root = Path(root)
+    try:
+        brief = " ".join((root / "brief.md").read_text(encoding="utf-8").split())
+    except (OSError, UnicodeDecodeError):
+        return None
+    for folder in sorted(EXAMPLES_DIR.iterdir()):
+        source = shipped_example(folder.name)
+        if source is not None and folder.name != root.name and (source / "brief.md").is_file() and \
+                " ".join((source / "brief.md").read_text(encoding="utf-8").split()) == brief:
+            return folder.name
+    return None
 
 
 def add_shipped_example(scenarios_dir: Path, name: str) -> Path | None:
@@ -107,7 +149,7 @@ def archive_run(root: Path) -> Path | None:
     """Move a finished run's outputs to ``runs/<started_at>/`` so a new run starts clean
     and nothing of the old one is lost. Returns the archive folder."""
     root = Path(root)
-    present = [name for name in RUN_OUTPUTS if (root / name).exists()]
+    present = [name for name in RUN_OUTPUTS if (root / name).exists() and not _only_the_lock(root / name)]
     if not present:
         return None
     record = load_run(root)
@@ -119,8 +161,20 @@ def archive_run(root: Path) -> Path | None:
         target = root / "runs" / f"{stamp}-{n}"
     target.mkdir(parents=True)
     for name in present:
-        (root / name).rename(target / name)
+        if name == "state" and (root / name / STATE_LOCK).exists():
+            # The scenario lock stays where its holder (the command archiving this) and others look for it.
+            (target / name).mkdir()
+            for child in (root / name).iterdir():
+                if child.name != STATE_LOCK:
+                    child.rename(target / name / child.name)
+        else:
+            (root / name).rename(target / name)
     return target
+
+
+def _only_the_lock(path: Path) -> bool:
+    """state/ holding nothing but the scenario lock (or nothing at all): no run to archive."""
+    return path.is_dir() and {child.name for child in path.iterdir()} <= {STATE_LOCK}
 
 
 def claim_run(root: Path) -> Lease:

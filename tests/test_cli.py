@@ -344,7 +344,8 @@ def test_the_simulated_notice_is_said_once(awaiting: Path, tmp_path: Path) -> No
     assert result.exit_code == 0 and "SIMULATED" not in result.output, result.output
     approved = invoke(tmp_path, "approve", "refund_desk", "--profile", "demo")
     assert approved.output.count("SIMULATED model") == 1, approved.output  # the banner only, no log lines
-    verbose = invoke(tmp_path, "-v", "context", "refund_desk", "--profile", "demo")
+    # `baton context` builds no model (it reads); a command that runs the agents logs the notice at -v.
+    verbose = invoke(tmp_path, "-v", "resume", "refund_desk", "--profile", "demo")
     assert "using the SIMULATED model" in verbose.output
     assert root.exists()
 
@@ -415,3 +416,192 @@ def test_a_malformed_scenario_toml_is_that_scenarios_error_alone(tmp_path: Path)
     listed = json.loads(invoke(tmp_path, "status", "--json").output)
     problems = {s["scenario"]: s["scenario_toml_problem"] for s in listed}
     assert problems["refund_desk"] is None and "nested too deeply" in problems["deep"]
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_status_fits_the_terminal_and_never_cuts_a_scenario_its_phase_or_iteration(
+        finished: tuple[Path, Result], awaiting: Path, tmp_path: Path, columns: int) -> None:
+    copy_of(finished[0], tmp_path)
+    waiting = tmp_path / "customer_support_refunds"
+    shutil.copytree(awaiting, waiting)
+    broken = tmp_path / "erred"
+    shutil.copytree(finished[0], broken)
+    error = "execute step 14: " + "the model API answered 529 overloaded after every retry; " * 6
+    (broken / "run.json").write_text(json.dumps(run_json(broken) | {"status": "error", "last_error": error}))
+    shown = invoke(tmp_path, "status", COLUMNS=str(columns))
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert max(len(line) for line in lines if "│" in line or "┃" in line) <= columns, shown.output
+    for name in ("refund_desk", waiting.name, "erred"):
+        record = run_json(tmp_path / name)
+        (row,) = [line for line in lines if f" {name} " in line and "│" in line]
+        cells = [cell.strip() for cell in row.split("│")]
+        assert cells[1:5] == [name, record["phase"], str(record["iteration"]), record["status"]], (row, shown.output)
+    # The paragraph of an error is shown whole, on its own line(s), not cut to fit a column.
+    assert error.strip() in " ".join(line.strip() for line in lines if "│" not in line), shown.output
+
+
+def test_status_lists_scenarios_line_by_line_when_even_the_essential_columns_do_not_fit(
+        finished: tuple[Path, Result], tmp_path: Path) -> None:
+    name = "a_scenario_whose_name_alone_takes_most_of_an_eighty_column_window"
+    shutil.copytree(finished[0], tmp_path / name)
+    shown = invoke(tmp_path, "status", COLUMNS="80")
+    assert shown.exit_code == 0 and f"{name}: done, iteration 2, succeeded" in shown.output, shown.output
+
+
+@pytest.mark.parametrize("args, env, says, not_says", [
+    (["--profile", "bogus"], {}, "fix the value given on the command line", "scenario.toml"),
+    ([], {"BATON_PROFILE": "bogus"}, "fix the BATON_* environment variable named above", "scenario.toml"),
+    ([], {"BATON_INIT_WINDOWS": "5"}, "fix the BATON_* environment variable named above", "scenario.toml"),
+])
+def test_a_config_error_says_where_the_value_came_from(tmp_path: Path, args: list[str], env: dict[str, str],
+                                                       says: str, not_says: str) -> None:
+    copy_of(EXAMPLE, tmp_path)
+    result = invoke(tmp_path, "run", "refund_desk", *args, **env)
+    assert result.exit_code == 2 and says in result.output and not_says not in result.output, result.output
+
+
+def test_a_bad_value_in_scenario_toml_points_at_scenario_toml(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    (root / "scenario.toml").write_text((root / "scenario.toml").read_text() + "\n[agents.init]\nwindow = -1\n")
+    result = invoke(tmp_path, "run", "refund_desk")
+    assert result.exit_code == 2 and "fix scenario.toml named above" in result.output, result.output
+
+
+def test_a_start_that_cannot_reach_the_api_records_the_error_and_status_says_nothing_runs_it(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on once this block ends
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    copy_of(EXAMPLE, tmp_path)
+    result = invoke(tmp_path, "run", "refund_desk", "--auto-approve", ANTHROPIC_API_KEY="sk-ant-test",
+                    ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}")
+    assert result.exit_code == 2 and "ANTHROPIC_BASE_URL" in result.output, result.output
+    record = run_json(tmp_path / "refund_desk")
+    assert record["status"] == "error" and "Models API catalogue" in record["last_error"], record
+    overview = invoke(tmp_path, "status")
+    (row,) = [line for line in overview.output.splitlines() if " refund_desk " in line]
+    assert " error " in row and " running " not in row, overview.output
+    assert "nothing runs it" in overview.output and "baton resume refund_desk" in overview.output
+
+
+# ---- a corrupted run.json, rebuilt from the folder ------------------------------------------
+
+SAME_RUN = ("phase", "iteration", "status", "auto_approve", "profile", "max_iterations", "target_success_rate",
+            "results", "feedback", "models", "last_error")
+
+
+@pytest.mark.parametrize("which", ["finished", "awaiting"])
+def test_resume_rebuild_infers_the_run_json_the_run_had(request: pytest.FixtureRequest, tmp_path: Path,
+                                                        which: str) -> None:
+    source = request.getfixturevalue(which)
+    root = copy_of(source[0] if which == "finished" else source, tmp_path)
+    before = run_json(root)
+    (root / "run.json").write_text('{"phase": "desig')
+    rebuilt = invoke(tmp_path, "resume", "refund_desk", "--rebuild")
+    assert rebuilt.exit_code == (0 if which == "finished" else 3), rebuilt.output
+    after = run_json(root)
+    assert {k: after[k] for k in SAME_RUN} == {k: before[k] for k in SAME_RUN}, rebuilt.output
+    assert "rebuilt refund_desk/run.json from the folder" in rebuilt.output and "profile demo" in rebuilt.output
+    (kept,) = root.glob("run.json.broken-*")
+    assert kept.read_text() == '{"phase": "desig'  # the broken file is kept beside it
+
+
+def test_a_run_whose_run_json_broke_goes_on_after_rebuild(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    stopped = invoke(tmp_path, "run", "refund_desk", "--profile", "demo", BATON_MAX_STEPS_PER_TURN="2")
+    assert stopped.exit_code == 2 and run_json(root)["phase"] == "designing"
+    (root / "run.json").write_bytes(b"\x00" * 40)  # what a disk fault leaves
+    refused = invoke(tmp_path, "resume", "refund_desk")
+    assert refused.exit_code == 2 and "baton resume refund_desk --rebuild" in refused.output, refused.output
+    rebuilt = invoke(tmp_path, "resume", "refund_desk", "--rebuild")
+    assert rebuilt.exit_code == 3 and run_json(root)["phase"] == "awaiting_approval", rebuilt.output
+    done = invoke(tmp_path, "run", "refund_desk", "--auto-approve")
+    assert done.exit_code == 0, done.output
+    record = run_json(root)
+    assert (record["phase"], record["status"], record["profile"]) == ("done", "succeeded", "demo")
+    assert [r["success_rate"] for r in record["results"]] == [0.8, 1.0]
+
+
+def test_resume_rebuild_refuses_a_readable_run_json(awaiting: Path, tmp_path: Path) -> None:
+    root = copy_of(awaiting, tmp_path)
+    before = (root / "run.json").read_text()
+    refused = invoke(tmp_path, "resume", "refund_desk", "--rebuild")
+    assert refused.exit_code == 2 and "nothing to rebuild" in refused.output
+    assert (root / "run.json").read_text() == before and not list(root.glob("run.json.broken-*"))
+
+
+def test_a_run_json_with_fields_missing_or_wrong_names_every_one(awaiting: Path, tmp_path: Path) -> None:
+    root = copy_of(awaiting, tmp_path)
+    record = run_json(root)
+    del record["scenario"]
+    record |= {"phase": "thinking", "iteration": 0}
+    (root / "run.json").write_text(json.dumps(record))
+    shown = invoke(tmp_path, "status", "refund_desk")
+    assert shown.exit_code == 2, shown.output
+    for field in ("scenario", "phase", "iteration"):
+        assert f"{field}:" in shown.output, shown.output
+    assert "--rebuild" in shown.output
+
+
+# ---- settings that cannot work, refused up front; read-only commands on any scenario ----------
+
+
+def test_a_threshold_below_the_system_prompt_and_tools_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    with open(root / "scenario.toml", "a") as toml:
+        toml.write("\n[agents.init]\nthreshold = 100\n")
+    refused = invoke(tmp_path, "run", "refund_desk", "--auto-approve")
+    assert refused.exit_code == 2, refused.output
+    assert "init.threshold = 100 (from" in refused.output and "system prompt and tools alone take" in refused.output
+    assert "fix scenario.toml named above" in refused.output
+    assert sorted(p.name for p in root.iterdir()) == ["brief.md", "scenario.toml"]
+
+
+def test_a_name_that_is_not_the_folder_s_is_refused(tmp_path: Path) -> None:
+    root = copy_of(EXAMPLE, tmp_path)
+    toml = root / "scenario.toml"
+    toml.write_text(toml.read_text().replace('name = "refund_desk"', 'name = "gift_desk"'))
+    refused = invoke(tmp_path, "run", "refund_desk", "--auto-approve")
+    assert refused.exit_code == 2 and "name = 'gift_desk' is not the folder's name 'refund_desk'" in refused.output
+    assert not (root / "run.json").exists()
+
+
+def test_a_copy_is_named_after_its_folder(tmp_path: Path) -> None:
+    copy_scenario(EXAMPLE, tmp_path / "desk2")
+    assert 'name = "desk2"' in (tmp_path / "desk2" / "scenario.toml").read_text()
+
+
+def test_read_only_commands_work_on_a_scenario_no_model_can_run_yet(tmp_path: Path) -> None:
+    assert invoke(tmp_path, "new", "gift_desk").exit_code == 0  # a new brief: the simulated model cannot play it
+    for agent in ("init", "execute"):
+        shown = invoke(tmp_path, "context", "gift_desk", "--agent", agent)
+        assert shown.exit_code == 0 and "system_and_tools" in shown.output and "has not run yet" in shown.output
+    as_json = json.loads(invoke(tmp_path, "context", "gift_desk", "--json").output)
+    assert as_json["next_request"]["layers"]["system_and_tools"] > 1000 and as_json["png"] is None
+    assert invoke(tmp_path, "status", "gift_desk").exit_code == 0 and invoke(tmp_path, "status").exit_code == 0
+    assert not (tmp_path / "gift_desk" / "state").exists()  # reading made nothing
+
+
+def test_context_builds_no_model(finished: tuple[Path, Result], tmp_path: Path) -> None:
+    copy_of(finished[0], tmp_path)  # a key, and an API that does not answer: reading needs neither
+    shown = invoke(tmp_path, "context", "refund_desk", ANTHROPIC_API_KEY="sk-ant-test",
+                   ANTHROPIC_BASE_URL="http://127.0.0.1:9")
+    assert shown.exit_code == 0 and "system_and_tools" in shown.output, shown.output
+
+
+def test_a_second_embedded_command_changes_nothing_before_it_exits_2(awaiting: Path, tmp_path: Path) -> None:
+    from workers.scenario_lock import scenario_lock
+
+    root = copy_of(awaiting, tmp_path)
+    errored = run_json(root) | {"status": "error", "last_error": "init: boom"}
+    (root / "run.json").write_text(json.dumps(errored))
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with scenario_lock(root, "baton run refund_desk"):
+        for command in (["run", "refund_desk", "--auto-approve", "--profile", "default"], ["resume", "refund_desk"],
+                        ["approve", "refund_desk"]):
+            busy = invoke(tmp_path, *command)
+            assert busy.exit_code == 2 and "already running in pid" in busy.output, busy.output
+        after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == {p: b for p, b in before.items() if p.name != ".lock"}  # run.json included: still errored

@@ -312,7 +312,7 @@ def test_the_fallback_decision_follows_the_report(layers, decision):
 
 @pytest.mark.parametrize("role, schema", [("init", InitSummary), ("execute", ExecuteSummary)])
 def test_each_compact_prompt_asks_for_every_key_of_its_schema(role, schema):
-    text = (Path(__file__).resolve().parents[1] / "agents" / "role_prompts" / role / "compact.md").read_text("utf-8")
+    text = (Path(__file__).resolve().parents[1] / "prompts" / role / "compact.md").read_text("utf-8")
     shape = json.loads(text.split("<compact_summary>")[-1].split("</compact_summary>")[0])
     for name, field in schema.model_fields.items():
         assert f"`{name}`" in text and name in shape, name

@@ -12,6 +12,7 @@ folder. Every process is started in its own session and stopped by its pid.
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -21,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tomllib
 import urllib.error
 import urllib.request
 import warnings
@@ -547,10 +547,12 @@ def test_dockerfile_builds_a_non_root_image_of_the_project():
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert instructions[-1] == ["CMD", '["baton", "--help"]']
     assert re.search(r"pip install \.(\s|$)", text)
-    # every top-level package the wheel is built from (found with their subpackages; the prompts
-    # and the example are package data inside them) is copied in and let through the .dockerignore allowlist
-    found = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    packages = sorted({pattern.rstrip("*").split(".")[0] for pattern in found["include"]})
+    # every top-level package the wheel is built from (setup.py finds them with their subpackages; the
+    # example is package data inside them) and the prompts/ folder setup.py maps to baton.prompts are
+    # copied in and let through the .dockerignore allowlist
+    setup_py = ast.parse((REPO / "setup.py").read_text())
+    include = next(k.value for k in ast.walk(setup_py) if isinstance(k, ast.keyword) and k.arg == "include")
+    packages = sorted({pattern.rstrip("*").split(".")[0] for pattern in ast.literal_eval(include)} | {"prompts"})
     copied = {arg.split()[0] for op, arg in instructions if op == "COPY"}
     ignore = DOCKERIGNORE.read_text().splitlines()
     assert ignore[[line.strip() for line in ignore].index("*")] == "*", ".dockerignore must be an allowlist"

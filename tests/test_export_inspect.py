@@ -135,6 +135,36 @@ def test_the_issue_s_command_runs_every_sample_offline(example: Path, exported: 
     assert passed == unchanged and 0 < len(unchanged) < 10
 
 
+@pytest.mark.parametrize("inside", [True, False], ids=["export-below-cwd", "export-beside-cwd"])
+def test_the_export_s_next_command_runs_as_printed(example: Path, tmp_path: Path, inside: bool) -> None:
+    """`baton export` prints `next: inspect eval ...`: typed from where the user is, it runs (this Inspect
+    cannot glob an absolute task path, its issue 5267)."""
+    cwd = tmp_path / "here"
+    cwd.mkdir()
+    out = (cwd if inside else tmp_path) / "exported"
+    env = {**os.environ, "INSPECT_LOG_DIR": str(tmp_path / "logs"), "COLUMNS": "200",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    exported = subprocess.run([sys.executable, "-m", "baton", "--scenarios-dir", str(example.parent), "export",
+                               "refund_desk", "--out", str(out)], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    (hint,) = [line.removeprefix("next: ") for line in exported.stdout.splitlines() if line.startswith("next: ")]
+    assert str(tmp_path) not in hint, hint  # relative to the cwd
+    done = subprocess.run(hint.replace("<provider/model>", "mockllm/model"), shell=True, cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, hint + "\n" + done.stdout + done.stderr
+    (path,) = (tmp_path / "logs").glob("*.eval")
+    assert read_eval_log(str(path)).status == "success"
+
+
+def test_try_an_anthropic_model_without_a_key_says_what_is_missing(example: Path) -> None:
+    result = baton(example.parent, "try", "refund_desk", "--model", "anthropic/claude-sonnet-4-5")
+    assert result.exit_code == 2, result.output
+    assert "No ANTHROPIC_API_KEY defined in the environment" in result.output, result.output
+    assert "[bold]" not in result.output and "[/" not in result.output and "report" not in result.output
+    assert "leave out --model" in result.output
+
+
 def test_baton_try_writes_the_tryout_and_status_shows_it(example: Path) -> None:
     result = baton(example.parent, "try", "refund_desk", "--epochs", "2")
     assert result.exit_code == 0, result.output

@@ -68,3 +68,20 @@ def test_a_run_reaches_done_through_the_double(tmp_path, double):
     everything = done.stdout + done.stderr + "".join(
         p.read_text(errors="replace") for p in (tmp_path / "refund_desk").rglob("*") if p.is_file())
     assert KEY not in everything
+
+
+def test_a_copy_of_the_example_reaches_done_through_the_double(tmp_path, double):
+    """The README's rehearsal on `baton new fa --from refund_desk`: the copy plays as it does embedded."""
+    env = {name: value for name, value in os.environ.items() if name not in UNSET}
+    env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=double.url, COLUMNS="200")
+    baton = [str(Path(sys.executable).parent / "baton"), "--scenarios-dir", str(tmp_path)]
+    created = subprocess.run([*baton, "new", "fa", "--from", "refund_desk"], env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert created.returncode == 0, created.stdout + created.stderr
+    done = subprocess.run([*baton, "run", "fa", "--auto-approve", "--profile", "demo", "--embedded"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / "fa" / "run.json").read_text())
+    assert (record["phase"], record["status"]) == ("done", "succeeded")
+    assert [r["success_rate"] for r in record["results"]] == [0.8, 1.0]  # as the example plays
+    assert stats(double.url)["errors"] == {}

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from agents.config import ROLE_DEFAULTS
 from agents.prompts import PROMPTS_DIR, prompt
 from scenarios.run import EXAMPLES_DIR, add_shipped_example, shipped_example
 from workers.cli import cli
@@ -25,9 +26,10 @@ from workers.cli import cli
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 # What a run reads from the packages besides Python modules: the role prompts and the example's definition.
+PROMPT_FILES = [f"{role}/{kind}.md" for role in ("init", "execute") for kind in ("system", "compact")]
 DATA_FILES = {
-    "agents": [f"role_prompts/{role}/{kind}.md" for role in ("init", "execute") for kind in ("system", "compact")]
-    + [f"export/runtime/{name}" for name in ("task.py", "session.py", "offline_tokens.py", "README.md")],
+    "agents": [f"export/runtime/{name}" for name in ("task.py", "session.py", "offline_tokens.py", "README.md")],
+    "baton.prompts": PROMPT_FILES,
     "scenarios": ["refund_desk/brief.md", "refund_desk/scenario.toml", "_simulations/refund_desk.py"],
 }
 # Offline, embedded, simulated: nothing from the caller's environment may make the run distributed or paid.
@@ -38,8 +40,9 @@ UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "ANTHROPIC_API_KEY", "ANTHROPI
 def test_every_data_file_a_run_reads_is_package_data():
     declared = PYPROJECT["tool"]["setuptools"]["package-data"]
     for package, paths in DATA_FILES.items():
+        folder = REPO / "prompts" if package == "baton.prompts" else REPO / package
         for path in paths:
-            assert (REPO / package / path).is_file(), path
+            assert (folder / path).is_file(), path
             assert any(fnmatch.fnmatch(path, glob) for glob in declared[package]), f"{package}/{path} not in the wheel"
 
 
@@ -49,7 +52,12 @@ def test_the_docker_build_context_lets_the_example_in():
         assert f"!scenarios/{path}" in allowed, f".dockerignore drops scenarios/{path}"
 
 
-def test_prompts_load_from_the_package():
+def test_prompts_load_from_the_top_level_folder_of_a_checkout():
+    # The project's layout: prompts/ beside workers/ agents/ context/ scenarios/ tests/.
+    assert Path(str(PROMPTS_DIR)) == REPO / "prompts"
+    shipped = sorted(str(p.relative_to(REPO / "prompts")) for p in (REPO / "prompts").glob("*/*.md"))
+    assert shipped == sorted(PROMPT_FILES)
+    assert not (REPO / "agents" / "role_prompts").exists()
     assert PROMPTS_DIR.joinpath("init", "system.md").is_file()
     assert prompt("execute", "compact").endswith("\n") and prompt("init", "system").strip()
 
@@ -80,7 +88,8 @@ def _source_tree(target: Path) -> Path:
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (REPO / name).exists():
             shutil.copy2(REPO / name, target / name)
-    for package in ("context", "agents", "scenarios", "workers"):
+    shutil.copy2(REPO / "setup.py", target / "setup.py")
+    for package in ("context", "agents", "scenarios", "workers", "baton", "prompts"):
         shutil.copytree(REPO / package, target / package, ignore=ignore)
     return target
 
@@ -104,6 +113,11 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_example_from_an_empty_fold
     # The dependencies come from pip's configured indexes and cache, as for any user.
     _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], tmp_path, env)
     baton = str(venv / "bin" / "baton")
+    # The prompts ship as baton/prompts, never as a generic top-level `prompts` in site-packages.
+    check = ("import agents.prompts as p, sysconfig, pathlib; site = pathlib.Path(sysconfig.get_paths()['purelib']); "
+             "print(p.PROMPTS_DIR, (site / 'prompts').exists(), len(p.prompt('init', 'system')))")
+    shown = _run([str(venv / "bin" / "python"), "-P", "-c", check], tmp_path, env).stdout.split()
+    assert shown[0].endswith("site-packages/baton/prompts") and shown[1] == "False" and int(shown[2]) > 1000, shown
 
     empty = tmp_path / "elsewhere"
     empty.mkdir()
@@ -130,3 +144,14 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_example_from_an_empty_fold
     runtime = {p.name for p in (empty / "exported" / "baton_runtime").iterdir()}
     assert {"session.py", "offline_tokens.py", "processes.py", "compare.py", "child_main.py"} <= runtime
     assert (empty / "exported" / "task.py").is_file() and (empty / "exported" / "tools" / "tools.py").is_file()
+
+
+def test_the_examples_scenario_toml_documents_the_defaults_as_they_are():
+    """The commented defaults of the example are what a run gets: the model lines, not an id."""
+    text = (EXAMPLES_DIR / "refund_desk" / "scenario.toml").read_text(encoding="utf-8")
+    for role, table in zip(("init", "execute"), text.split("# [agents.")[1:], strict=True):
+        shown = tomllib.loads("\n".join(line.removeprefix("# ") for line in table.splitlines()[1:]
+                                        if line.startswith("# ") and "=" in line))
+        assert shown["model"] == ROLE_DEFAULTS[role]["model"], (role, shown)
+        for key in ("window", "threshold", "keep_last_steps"):
+            assert shown[key] == ROLE_DEFAULTS[role][key], (role, key)

@@ -137,7 +137,9 @@ def test_every_worker_killed_mid_step_and_no_human_resume(cluster: Cluster) -> N
 
 
 def _holds_a_flock(pid: int) -> bool:
-    return any(line.split()[1] == "FLOCK" and line.split()[4] == str(pid)
+    """An exclusive flock (a lease file's, while writing): the scenario lock every worker holds while it runs
+    a task is shared (READ in /proc/locks) and keeps no other worker out."""
+    return any(line.split()[1] == "FLOCK" and line.split()[3] == "WRITE" and line.split()[4] == str(pid)
                for line in Path("/proc/locks").read_text().splitlines())
 
 

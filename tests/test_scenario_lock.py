@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from tests.agent_run import assert_log_consistent, copy_example
-from tests.workers_harness import RedisServer, wait_for
-from workers.scenario_lock import Holder, ScenarioBusy, holder, lock_path, scenario_lock
+from tests.workers_harness import Cluster, RedisServer, wait_for
+from workers.scenario_lock import Holder, ScenarioBusy, holder, lock_path, scenario_lock, shared_scenario_lock
 
 BATON = Path(sys.executable).parent / "baton"
 
@@ -130,10 +130,8 @@ def test_an_embedded_run_with_a_broker_also_excludes_the_workers(tmp_path: Path,
         busy = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, check=False)
         output = " ".join((busy.stdout + busy.stderr).split())
         assert busy.returncode == 2 and "being run by workers" in output, output
-        # the turn's opening is written (by the command, before it runs anything), but no step
-        assert not (root / "state" / "init" / "events.jsonl").exists()
-        assert [line for line in (root / "state" / "init" / "log.jsonl").read_text().splitlines()
-                if '"kind":"opening"' not in line] == []
+        # nothing is written: the workers' locks are taken before the command's first change
+        assert not (root / "run.json").exists() and not (root / "state" / "init").exists()
         worker_step.release()
 
         done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, check=False)
@@ -143,3 +141,53 @@ def test_an_embedded_run_with_a_broker_also_excludes_the_workers(tmp_path: Path,
         client.close()
     for role in ("init", "execute"):
         assert_log_consistent(root, role)
+
+
+def test_workers_share_the_lock_and_an_embedded_run_holds_it_alone(tmp_path: Path) -> None:
+    with shared_scenario_lock(tmp_path), shared_scenario_lock(tmp_path):  # workers, side by side
+        with pytest.raises(ScenarioBusy, match="being run by workers") as busy:
+            with scenario_lock(tmp_path, "baton run x"):
+                pass
+        assert busy.value.by_workers
+        assert holder(tmp_path) is None  # no embedded run
+    with scenario_lock(tmp_path, "baton run x"):
+        with pytest.raises(ScenarioBusy, match="already running in pid") as busy:
+            with shared_scenario_lock(tmp_path):
+                pass
+        assert not busy.value.by_workers and busy.value.holder.command == "baton run x"
+    with shared_scenario_lock(tmp_path):  # free again
+        pass
+
+
+@pytest.mark.slow  # real workers on a real broker
+def test_workers_elsewhere_wait_while_an_embedded_run_holds_the_folder(tmp_path: Path,
+                                                                       redis_server: RedisServer) -> None:
+    cluster = Cluster(redis_server.url, tmp_path)
+    try:
+        workers = cluster.workers()
+        with scenario_lock(cluster.root, "baton run refund_desk --embedded (another host)"):
+            cluster.start_run()
+            wait_for(lambda: "another host" in workers["init"].tail(), "the init worker retrying its step")
+            assert not (cluster.root / "state" / "init" / "events.jsonl").exists()  # not one step meanwhile
+        record = cluster.wait_done()
+        assert (record["phase"], record["status"]) == ("done", "succeeded"), record
+    finally:
+        cluster.stop_all()
+    for role in ("init", "execute"):
+        assert_log_consistent(cluster.root, role)
+
+
+def test_archiving_a_run_leaves_the_lock_with_its_holder(tmp_path: Path) -> None:
+    from scenarios.run import archive_run
+
+    (tmp_path / "state" / "init").mkdir(parents=True)
+    (tmp_path / "state" / "init" / "log.jsonl").write_text("{}\n")
+    (tmp_path / "run.json").write_text('{"scenario": "x", "phase": "done", "status": "succeeded"}')
+    with scenario_lock(tmp_path, "baton run x"):  # `baton run` archives the finished run under its lock
+        archived = archive_run(tmp_path)
+        assert archived is not None and (archived / "state" / "init" / "log.jsonl").is_file()
+        assert not (archived / "state" / ".lock").exists() and lock_path(tmp_path).is_file()
+        with pytest.raises(ScenarioBusy):  # still held: a second command is refused
+            with scenario_lock(tmp_path, "baton run x"):
+                pass
+    assert archive_run(tmp_path) is None  # a state/ with nothing but the lock is no run to archive

@@ -191,3 +191,19 @@ def test_the_fake_api_recognises_the_brief_a_request_quotes(server: Running, tmp
     assert "the brief.md this request quotes" in body["error"]["message"]
     assert_refusal_says_what_to_do(body["error"]["message"])
 
+
+
+def test_a_copy_s_opening_says_which_example_it_copies_and_the_double_plays_it(server: Running,
+                                                                              tmp_path: Path) -> None:
+    from scenarios.run import copy_scenario, example_copied
+
+    copied = copy_scenario(EXAMPLES / "refund_desk", tmp_path / "fa")
+    assert example_copied(copied) == "refund_desk"
+    assert example_copied(EXAMPLES / "refund_desk") is None  # not the example itself
+    status, _ = post(server, renamed(init_body(), "fa (a copy of the example refund_desk)"))
+    assert status == 200  # played as the example, before any Read of brief.md
+    # An edited copy is no copy: its opening names no example, and its brief is refused once read.
+    (copied / "brief.md").write_text(FLIGHT_BRIEF, encoding="utf-8")
+    assert example_copied(copied) is None
+    assert post(server, with_brief_read(renamed(init_body(), "fa (a copy of the example refund_desk)"),
+                                        FLIGHT_BRIEF, tmp_path))[0] == 400

@@ -30,6 +30,8 @@ import typer
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
+from agents.agent import assembler_for
+from agents.config import AgentConfig
 from agents.conventions import FILE
 from agents.disk import AgentDisk
 from agents.priority import lower_priority
@@ -39,8 +41,10 @@ from workers import evaluate_command, export_commands, gc_pauses, loop
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
-from workers.readmodel import context_json, read_agent, scenario_roots, status_json
-from workers.render import err, layers_table, out, say, status_overview, status_report
+from workers.overview import status_overview
+from workers.readmodel import context_json, first_request, read_agent, reading_config, scenario_roots, status_json
+from workers.rebuild import rebuild_and_show
+from workers.render import err, layers_table, out, say, status_report
 from workers.timeline import plot_timeline
 
 EXIT_WAITING = 3  # the run stopped to wait for `baton approve` or `baton reject`: not a success, not an error
@@ -221,9 +225,7 @@ def new(
         raise CliError("--brief and --from both give brief.md", "pass only one of them")
     source = source_folder(from_) if from_ is not None else None
     if source is not None and (source / "scenario.toml").is_file():
-        copy_scenario(source, root)  # its settings, comments and any other file; not run.json, state/, runs/
-        toml = root / "scenario.toml"
-        write_atomic(toml, renamed_toml(toml.read_text(encoding="utf-8"), name))
+        copy_scenario(source, root)  # its settings, comments and any other file, renamed; not run.json, state/, runs/
         say(Text(f"created {root}/ as a copy of {source} (without its runs)"))
     else:
         write_atomic(root / "brief.md", brief_text(name, brief, source))  # creates the folder
@@ -247,18 +249,6 @@ def source_folder(source: str) -> Path:
     return folder
 
 
-def renamed_toml(text: str, name: str) -> str:
-    """scenario.toml with its top-level ``name`` set to ``name``: a line edit, so comments and layout stay."""
-    lines = text.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith("["):
-            break  # a table begins: a ``name`` below it is not the scenario's
-        if re.match(r"\s*name\s*=", line):
-            lines[i] = f"name = {json.dumps(name)}\n"
-            return "".join(lines)
-    return f"name = {json.dumps(name)}\n" + text  # no name yet: a top-level key goes before any table
-
-
 def brief_text(name: str, brief: Path | None, source: Path | None) -> str:
     if brief is not None:
         if not brief.is_file():
@@ -279,7 +269,7 @@ def advance(name: str, move: Callable[[Path], list[loop.Task]], profile: str | N
     # Before ``move``: a bad setting or an unreachable broker must leave the disk as it was.
     loop.check_settings(root, profile)
     url = choose_mode(embedded)
-    code = execute(root, move(root), url, profile, follow)
+    code = execute(root, move, url, profile, follow)  # the move is made under the scenario lock
     if code == 0 and waiting_for_approval(root):
         code = EXIT_WAITING  # scripts tell "done" from "a human must look at the design now"
     if code:
@@ -342,8 +332,13 @@ def reject(
 
 @command(cls=PlainUsage)
 @guarded
-def resume(name: Name, profile: Profile = None, embedded: Embedded = None, follow: Follow = True) -> None:
+def resume(name: Name, profile: Profile = None, embedded: Embedded = None, follow: Follow = True,
+           rebuild: Annotated[bool, typer.Option(
+               help="first rebuild a corrupted run.json from the folder (iterations, handoffs, reports, logs); "
+                    "the broken file is kept beside it")] = False) -> None:
     """Continue from what is on disk (after a crash, a stop or an error)."""
+    if rebuild:
+        rebuild_and_show(loop.scenario_root(name), profile)
     advance(name, loop.resume, profile, embedded, follow)
 
 
@@ -380,22 +375,33 @@ def context(
     root = loop.scenario_root(name)
     role = agent.value if agent is not None else current_agent(load_run(root))
     disk = AgentDisk.load(root, role)  # type: ignore[arg-type]
-    if not disk.records:
-        raise CliError(f"{role} has no log yet in {root}", f"start the scenario with `baton run {name}`")
-    member = loop.Team(root, profile=profile)[role]
-    assembled = member.assembler(disk, disk.history()).assemble(disk.compaction())
-    view, threshold = read_agent(root, role), member.config.context.threshold
+    config = reading_config(root, role, profile)  # no model: works offline, with any brief, before any run
+    if not disk.records:  # nothing to plot, and a read-only command must not create state/ before a run
+        context_before_any_step(root, role, config, as_json)
+        return
+    assembled = assembler_for(config, disk, disk.history()).assemble(disk.compaction())
+    view, threshold = read_agent(root, role), config.context.threshold
     path = png or Layout(root).state(role) / "context.png"
-    plot_timeline(view, member.config.context, path)
+    plot_timeline(view, config.context, path)
     if as_json:
-        typer.echo(json.dumps(context_json(root, role, assembled, member.config.context, view) | {"png": str(path)},
+        typer.echo(json.dumps(context_json(root, role, assembled, config.context, view) | {"png": str(path)},
                               indent=2))
         return
-    out.print(layers_table(role, assembled, member.config, view))
+    out.print(layers_table(role, assembled, config, view))
     if view.threshold and view.threshold != threshold:
         say(Text(f"note: {role}'s last step ran with a threshold of {view.threshold:,}, these settings say "
                  f"{threshold:,}; pass the run's --profile (e.g. --profile demo) to see its layers", style="yellow"))
     say(Text(f"timeline of {role}'s context: {path}"))
+
+
+def context_before_any_step(root: Path, role: str, config: AgentConfig, as_json: bool) -> None:
+    assembled, view = first_request(config, root), read_agent(root, role)
+    if as_json:
+        typer.echo(json.dumps(context_json(root, role, assembled, config.context, view) | {"png": None}, indent=2))
+        return
+    out.print(layers_table(role, assembled, config, view))
+    say(Text(f"{role} has not run yet: its first request sends the system prompt and tools above, then its "
+             "opening; no timeline yet"))
 
 
 def current_agent(record: RunRecord | None) -> str:

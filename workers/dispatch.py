@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
 from rich.text import Text
 
-from agents.models import API_KEY_ENV
+from agents.models import API_KEY_ENV, ModelError
 from scenarios.run import load_run
 from scenarios.store import AGENTS
 from workers import loop
 from workers.app import QUEUES, broker_url, mask_url
 from workers.errors import CliError, broker_help
+from workers.exclusion import workers_excluded
 from workers.readmodel import SIMULATED
 from workers.render import Progress, say, summary
-from workers.scenario_lock import ScenarioBusy, scenario_lock, workers_excluded
+from workers.scenario_lock import ScenarioBusy, scenario_lock, shared_scenario_lock
 
 POLL_S = 1.0
 QUIET_HINT_S = 30.0  # in broker mode, say how to start workers after this long without progress
@@ -51,41 +54,67 @@ def check_broker(url: str) -> None:
         raise broker_help(url, exc) from None
 
 
-def execute(root: Path, tasks: list[loop.Task], url: str | None, profile: str | None, follow: bool = True) -> int:
-    """Run (embedded) or dispatch (broker) ``tasks``, show progress, and return the exit code."""
+Move = Callable[[Path], list[loop.Task]]  # a command's change to run.json, returning what runs next
+
+
+def execute(root: Path, move: Move, url: str | None, profile: str | None, follow: bool = True) -> int:
+    """Make ``move`` under the scenario lock, run (embedded) or dispatch (broker) the tasks it returns, show
+    progress, and return the exit code. A busy scenario exits 2 before any change."""
     if url is None:
-        if not run_here(root, tasks, profile):
+        if not run_here(root, move, profile):
             say(Text(f"interrupted: everything finished so far is on disk; continue with `baton resume {root.name}`"))
             summary(root)
             return 130
     else:
-        if os.environ.get(API_KEY_ENV):
-            # Pin the models now: a retired or unknown one stops the run before anything is dispatched.
-            loop.Team(root, profile=profile)
-        dispatch_to(url, tasks, profile)
+        try:
+            with shared_scenario_lock(root):  # beside the workers, never beside an embedded run
+                tasks = move(root)
+                if os.environ.get(API_KEY_ENV):
+                    # Pin the models now: a retired or unknown one stops the run before anything is dispatched.
+                    with failure_recorded(root):
+                        loop.Team(root, profile=profile)
+                dispatch_to(url, tasks, profile)
+        except ScenarioBusy as busy:
+            raise busy_error(busy) from None
         if not follow or not follow_disk(root):
             return 0  # not following, or the user stopped following: the workers keep going
     summary(root)
     return outcome(root)
 
 
-def run_here(root: Path, tasks: list[loop.Task], profile: str | None) -> bool:
-    """Embedded: run the tasks in this process, refreshing progress after each; False if interrupted."""
+def run_here(root: Path, move: Move, profile: str | None) -> bool:
+    """Embedded: make the move and run the tasks in this process, refreshing progress after each; False if
+    interrupted."""
     from workers.embedded import run_embedded
 
-    team = loop.Team(root, profile=profile)
-    simulated = any(team[role].model.label == SIMULATED for role in AGENTS)
-    # Workers hold a Redis lock per agent; an embedded run holds the whole scenario, so two
-    # shells running it at once cannot both write the same steps.
+    # The whole scenario, from before the first change (the move) to the end: a second command in another
+    # shell exits 2 having changed nothing, and workers (shared holders) wait until this run ends.
     try:
-        with scenario_lock(root), workers_excluded(root), Progress(root, simulated) as progress:
-            try:
-                run_embedded(tasks, team, on_task=progress.refresh)
-            except KeyboardInterrupt:
-                return False
+        with scenario_lock(root), workers_excluded(root):
+            tasks = move(root)
+            with failure_recorded(root):
+                team = loop.Team(root, profile=profile)
+                simulated = any(team[role].model.label == SIMULATED for role in AGENTS)
+                with Progress(root, simulated) as progress:
+                    try:
+                        run_embedded(tasks, team, on_task=progress.refresh)
+                    except KeyboardInterrupt:
+                        return False
     except ScenarioBusy as busy:
         raise busy_error(busy) from None
     return True
+
+
+@contextmanager
+def failure_recorded(root: Path) -> Iterator[None]:
+    """An error that stops this process stops the run: run.json says ``error`` with the reason, not ``running``
+    as if something still ran it (an unreachable ANTHROPIC_BASE_URL, a model that cannot be pinned)."""
+    try:
+        yield
+    except Exception as exc:
+        known = isinstance(exc, (ModelError, CliError))  # messages written for the user; others need their kind
+        loop.record_failure(root, str(exc) if known else f"{type(exc).__name__}: {exc}")
+        raise
 
 
 def busy_error(busy: ScenarioBusy) -> CliError:

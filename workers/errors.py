@@ -15,6 +15,7 @@ from rich.text import Text
 
 from agents.config import ConfigError
 from agents.models import ModelError
+from agents.settings_layers import ARGUMENT
 from scenarios.store import StoreError
 from workers.app import BROKER_ENVS, broker_url, mask_secrets, mask_url
 from workers.render import err
@@ -58,6 +59,18 @@ def broker_help(url: str, exc: BaseException) -> CliError:
     )
 
 
+def config_hint(message: str) -> str:
+    """Where to fix a bad setting: only the places the message names as a value's source
+    (agents/settings_layers.py labels each value with its file, variable or the command line)."""
+    command_line = "the value given on the command line"
+    marks = ((ARGUMENT, command_line), ("scenario.toml", "scenario.toml"),
+             ("environment variable BATON_", "the BATON_* environment variable"))
+    places = [place for mark, place in marks if mark in message]
+    if places == [command_line]:
+        return f"fix {command_line}"
+    return f"fix {' or '.join(places)} named above" if places else "fix the setting named above"
+
+
 def fail(exc: CliError) -> NoReturn:
     # Text objects, not markup: messages quote TOML tables such as [agents.init].
     # Masked here as well, so no message (a broker error quoted in any other one) prints a password.
@@ -80,7 +93,7 @@ def guarded(command: F) -> F:
         except CliError as exc:
             fail(exc)
         except ConfigError as exc:
-            fail(CliError(str(exc), "fix scenario.toml or the BATON_* environment variable named above"))
+            fail(CliError(str(exc), config_hint(str(exc))))
         except StoreError as exc:  # its message already says what to do
             fail(CliError(str(exc)))
         except (redis.exceptions.RedisError, kombu.exceptions.OperationalError) as exc:

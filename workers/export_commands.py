@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import enum
 import importlib.util
+import os
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -41,7 +43,9 @@ def export(
              f"{', '.join(done.tools)}) to {done.folder}/"))
     if importlib.util.find_spec("inspect_ai") is None:
         say(Text(f"note: {NO_INSPECT}, or pip install inspect-ai where you run the task", style="yellow"))
-    say(Text(f"next: inspect eval {done.folder}/task.py --model <provider/model>"))
+    # Relative to where the user is: Inspect cannot glob an absolute task path (its issue 5267).
+    task = shlex.quote(os.path.relpath(done.folder / "task.py"))
+    say(Text(f"next: inspect eval {task} --model <provider/model>"))
 
 
 def try_(

@@ -20,10 +20,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
-from agents.agent import Agent
+from agents.agent import Agent, check_threshold
 from agents.backends import check_model, model_for, scenario_brief
 from agents.catalogue import apply_pin
 from agents.compaction_task import run_compaction
+from agents.config import BUILT_IN, ConfigError
 from agents.conventions import conventions_for
 from agents.disk import AgentDisk, open_turn
 from agents.handoff_figures import figure_differences, report_figures
@@ -34,11 +35,11 @@ from agents.outcomes import CompactionOutcome, StepOutcome
 from agents.payloads import ExecuteToInit, InitToExecute, parse_payload_dict
 from agents.pricing import price_for
 from agents.role import Role
-from agents.settings_layers import load_scenario_config, resolve_agents, scenario_prices
+from agents.settings_layers import load_scenario_config, resolve_agents, scenario_prices, setting_sources
 from agents.step import run_step
 from agents.tools.handoff import KIND, handoff_path
 from scenarios.lease import Lease, LeaseLost
-from scenarios.run import IterationResult, RunRecord, archive_run, claim_run, load_run, save_run
+from scenarios.run import IterationResult, RunRecord, archive_run, claim_run, example_copied, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name, read_json, write_json
 from workers.pinning import pin_models
 
@@ -112,11 +113,16 @@ def check_settings(root: Path, profile: str | None = None, env: Mapping[str, str
     command with ConfigError before it has written anything (run.json, state/); likewise a model that
     cannot drive this brief (ModelError: offline, a brief the simulated model has no script for)."""
     record = load_run(root)
-    load_scenario_config(Layout(root).toml)
-    configs = resolve_agents(root, env=env, profile=profile or (record.profile if record else None))
+    toml = Layout(root).toml
+    if (named := load_scenario_config(toml).name) != root.name:
+        raise ConfigError(f"{toml}: name = {named!r} is not the folder's name {root.name!r}, which is the scenario's "
+                          f"name everywhere (commands, workers, openings); set name = {root.name!r}")
+    chosen = profile or (record.profile if record else None)
+    configs = resolve_agents(root, env=env, profile=chosen)
     brief = scenario_brief(root)
-    for config in configs.values():
+    for role, config in configs.items():
         check_model(config, brief, env, f"{root.name}/brief.md")
+        check_threshold(config, root, setting_sources(root, role, env, chosen).get("threshold", BUILT_IN))
     conventions_for(root)  # a CONVENTIONS.md that exists but cannot be used stops here, naming the file
 
 
@@ -166,22 +172,24 @@ def resume(root: Path) -> list[Task]:
 def _ensure_opening(root: Path, record: RunRecord) -> None:
     """Open the current phase's turn unless it is open already (idempotent by key), so a
     crash between saving run.json and opening the turn is repaired by resume."""
-    n = record.iteration
+    n, example = record.iteration, example_copied(root)
     if record.phase == "executing":
-        payload = _payload(root, n, "init")
+        payload = handoff_payload(root, n, "init")
         assert isinstance(payload, InitToExecute)
-        open_turn(root, "execute", n, execute_opening(payload), key=f"iteration-{n}")
+        open_turn(root, "execute", n, execute_opening(payload, example), key=f"iteration-{n}")
         return
     if record.feedback is not None:
         rejections = len(list(Layout(root).handoffs(n).glob("rejection_*.json")))
-        text = init_opening(root.name, n, feedback=record.feedback, note=mention_note(root, record.feedback))
+        text = init_opening(root.name, n, feedback=record.feedback, note=mention_note(root, record.feedback),
+                            example=example)
         open_turn(root, "init", n, text, key=f"iteration-{n}-rejection-{rejections}")
         return
-    report = _payload(root, n - 1, "execute") if n > 1 else None
+    report = handoff_payload(root, n - 1, "execute") if n > 1 else None
     assert report is None or isinstance(report, ExecuteToInit)
     # The brief is Init's to read (the opening names it); the files it mentions are noted here.
     note = mention_note(root, _brief_text(root)) if report is None else None
-    open_turn(root, "init", n, init_opening(root.name, n, report=report, note=note), key=f"iteration-{n}")
+    text = init_opening(root.name, n, report=report, note=note, example=example)
+    open_turn(root, "init", n, text, key=f"iteration-{n}")
 
 
 def _brief_text(root: Path) -> str | None:
@@ -248,6 +256,14 @@ def after_step(root: Path, agent: Role, outcome: StepOutcome) -> list[Task]:
     return []  # skipped (a duplicate) or idle: nothing follows
 
 
+def record_failure(root: Path, error: str) -> None:
+    """A run that could not go on (its models could not be built, say): run.json says so, so that it does
+    not look alive; ``baton resume`` re-opens it."""
+    lease, record = _claimed(root)
+    if record is not None and not record.finished:
+        save_run(root, record.model_copy(update={"status": "error", "last_error": error}), lease)
+
+
 def do_compaction(root: Path, team: Team, agent: Role, after: int | None) -> tuple[CompactionOutcome, list[Task]]:
     outcome = run_compaction(root, team[agent], after)
     if outcome.skip in ("stale", "lease_lost"):
@@ -271,20 +287,20 @@ def do_phase(root: Path) -> list[Task]:
 def _next_phase(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     if (
         record.phase == "designing"
-        and _handoff_file(root, record.iteration, "init").exists()
+        and handoff_file(root, record.iteration, "init").exists()
         and AgentDisk.load(root, "init").turn_over()
     ):
         if record.auto_approve:
             return _open_execute(root, record, lease)
         save_run(root, record.model_copy(update={"phase": "awaiting_approval", "status": "waiting"}), lease)
         return []
-    if record.phase == "executing" and _handoff_file(root, record.iteration, "execute").exists():
+    if record.phase == "executing" and handoff_file(root, record.iteration, "execute").exists():
         return _after_execute(root, record, lease)
     return []
 
 
 def _after_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
-    payload = _payload(root, record.iteration, "execute")
+    payload = handoff_payload(root, record.iteration, "execute")
     assert isinstance(payload, ExecuteToInit)
     # "Done" is decided on the evaluation's own figures (report.json), never on the payload's claim; the two
     # agreed when SubmitHandoff accepted it, so a difference now means a file was changed after the handoff.
@@ -329,12 +345,12 @@ def _open_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     return resume(root)
 
 
-def _handoff_file(root: Path, iteration: int, agent: str) -> Path:
+def handoff_file(root: Path, iteration: int, agent: str) -> Path:
     return handoff_path(root, iteration, KIND[agent])
 
 
-def _payload(root: Path, iteration: int, agent: str) -> InitToExecute | ExecuteToInit:
-    path, kind = _handoff_file(root, iteration, agent), KIND[agent]
+def handoff_payload(root: Path, iteration: int, agent: str) -> InitToExecute | ExecuteToInit:
+    path, kind = handoff_file(root, iteration, agent), KIND[agent]
     try:
         return parse_payload_dict(kind, read_json(path, f"the {kind} handoff"))
     except ValueError as exc:

@@ -13,8 +13,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agents.catalogue import PinnedModel
-from agents.config import ConfigError
+from agents.agent import static_prefix
+from agents.catalogue import PinnedModel, apply_pin
+from agents.config import AgentConfig, ConfigError
 from agents.disk import AgentDisk
 from agents.events import (
     CompactionRecord,
@@ -25,7 +26,8 @@ from agents.events import (
     WarningEvent,
 )
 from agents.export.tryout import read_tryout
-from agents.settings_layers import load_scenario_config
+from agents.settings_layers import load_scenario_config, resolve_agents
+from context.assembly import Assembled
 from scenarios.run import RunRecord, load_run
 from scenarios.store import AGENTS, Layout, read_jsonl
 from workers.app import broker_url, mask_secrets
@@ -284,6 +286,22 @@ def context_json(root: Path, role: str, assembled: Any, policy: Any, view: Agent
         "compactions": [{"number": c.id, "after_step": c.after_step, "tokens_before": c.tokens_before,
                          "tokens_after": c.tokens_after, "fallback": c.fallback} for c in view.compactions],
     }
+
+
+def reading_config(root: Path, role: str, profile: str | None = None) -> AgentConfig:
+    """An agent's settings as its run resolves them (the run's profile, its pinned model), without building a
+    model: what read-only commands show, offline or not, whatever the brief."""
+    record = load_run(root)
+    config = resolve_agents(root, profile=profile or (record.profile if record else None))[role]
+    pin = pins_of(record).get(role)
+    return apply_pin(config, pin) if pin else config
+
+
+def first_request(config: AgentConfig, root: Path) -> Assembled:
+    """What an agent that has not run yet would send before its opening: its system prompt and tools."""
+    tokens = static_prefix(config, root).tokens
+    return Assembled(messages=[], breakpoints=[], layers={"system_and_tools": tokens}, estimated_input=tokens,
+                     compressed_steps=0, verbatim_steps=0)
 
 
 def toml_problem(root: Path) -> str | None:

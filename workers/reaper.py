@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, ValidationError
 from scenarios.run import load_run
 from scenarios.store import AGENTS, Layout, StoreError
 from workers.loop import Task, resume, scenarios_dir
+from workers.scenario_lock import shared_scenario_lock
 from workers.tasks import LOCK_TTL_S, dispatch, lock_key, redis_client
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ def reap(folder: Path, client: redis.Redis, settings: ReaperSettings,
             # At most once per bound: the re-dispatched step needs time to show progress.
             if not client.set(f"baton:reaped:{root.name}", "1", nx=True, px=int(settings.stall_after_s * 1000)):
                 continue
-            tasks = resume(root)
+            with shared_scenario_lock(root):  # an embedded run that holds the folder is skipped (ScenarioBusy)
+                tasks = resume(root)
             log.warning("%s made no progress for %.0f s with no worker holding it: dispatching %s", root.name,
                         now - last_progress(root), ", ".join(f"{t.kind} {t.agent or ''} {t.number or ''}".strip()
                                                              for t in tasks) or "nothing")

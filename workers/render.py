@@ -17,18 +17,15 @@ from rich.text import Text
 
 from agents.catalogue import PinnedModel
 from agents.export.tryout import read_tryout
-from context.text import clip
-from scenarios.run import RunRecord, load_run
-from scenarios.store import Layout, StoreError
+from scenarios.run import RunRecord
+from scenarios.store import Layout
 from workers.confinement import unconfined
 from workers.readmodel import (
     SIMULATED,
     Activity,
     AgentView,
     Snapshot,
-    ping_workers,
     read_activity,
-    scenario_roots,
     toml_problem,
 )
 from workers.spend import RunSpend, read_spend
@@ -244,6 +241,8 @@ def status_report(root: Path) -> None:
                  f"auto-approve {'on' if record.auto_approve else 'off'}, updated {record.updated_at}"))
         if record.last_error:
             say(Text.assemble(("last error: ", "bold red"), record.last_error))
+        if record.status == "error":
+            say(Text(f"nothing runs it: fix the cause, then `baton resume {name}`"))
         if moving(record):
             say(activity_line(read_activity(snap), name))
         if record.results:
@@ -268,59 +267,6 @@ def status_report(root: Path) -> None:
                 say(event_line(view.role, kind, entry))
     if record is not None and record.phase == "awaiting_approval":
         say(Text(f"next: `baton approve {name}` or `baton reject {name} --feedback '...'`"))
-
-
-def status_overview(folder: Path) -> None:
-    """``baton status``: one row per scenario in ``folder``."""
-    roots = scenario_roots(folder)
-    if not roots:
-        say(Text(f"no scenarios in {folder}; create one with `baton new NAME`"))
-        return
-    table = new_table("scenario", "phase", "iter", "status", "success rates", "init context", "execute context",
-                      "compactions init/execute", "notes")
-    workers: list[str] | None = None
-    asked = False
-    for root in roots:
-        if not asked and moving(safe_record(root)):
-            workers, asked = ping_workers()[0], True  # one ping answers for every row
-        table.add_row(*status_row(root, workers))
-    out.print(table)
-
-
-def safe_record(root: Path) -> RunRecord | None:
-    try:
-        return load_run(root)
-    except StoreError:  # status_row reports it
-        return None
-
-
-def status_row(root: Path, workers: list[str] | None = None) -> list[Any]:
-    try:
-        snap = Snapshot.read(root)
-    except StoreError:  # one broken folder must not hide the others
-        note = Text(f"run.json is corrupted: `baton status {root.name}` says how to fix it", style="red")
-        return [root.name, "?", "?", Text("unreadable", style="red"), "-", "-", "-", "-", note]
-    record, agents = snap.record, snap.agents
-    notes = [record.last_error] if record is not None and record.last_error else []
-    notes += [f"{len(a.problems)} torn/bad log line(s) ({a.role})" for a in agents.values() if a.problems]
-    notes += [f"{len(a.warnings)} warning(s) ({a.role})" for a in agents.values() if a.warnings]
-    if problem := toml_problem(root):  # this row only: every other scenario is listed as usual
-        reason = problem.replace(f"{Layout(root).toml}: ", "").replace(str(Layout(root).toml), "it").splitlines()[0]
-        notes.append(f"invalid scenario.toml: {clip(reason, 40, '…')}")
-    notes += unconfined(root)
-    if moving(record):
-        activity = read_activity(snap, workers)
-        since = activity.seconds_since_last_step
-        notes.insert(0, f"last step {ago(since)}" if since is not None else "no step yet")
-        if not activity.alive:
-            notes.insert(1, "nothing alive runs it")
-    if snap.simulated:
-        notes.insert(0, "SIMULATED")
-    return [
-        root.name, record.phase if record else "not started", str(record.iteration) if record else "-",
-        record.status if record else "-", rates(record), gauge(agents["init"], True), gauge(agents["execute"], True),
-        " / ".join(str(len(a.compactions)) for a in agents.values()), "; ".join(notes),
-    ]
 
 
 # ---- a run in progress, and its end ----------------------------------------------------------

@@ -1,14 +1,21 @@
-"""One embedded run of a scenario at a time: an exclusive ``flock`` on ``<scenario>/state/.lock``.
+"""One lock for both modes: a ``flock`` on ``<scenario>/state/.lock``, exclusive or shared.
 
-Workers take a Redis lock per agent (``workers.tasks.agent_lock``); an embedded run has
-no broker, so it locks the scenario folder instead. The kernel frees a ``flock`` when its
-process dies, even by SIGKILL, so a crashed run never leaves the scenario locked. The
-file records who holds it (pid, host, since when, command) so a second run can say so,
-and ``holder(root)`` lets ``baton status`` tell whether an embedded run is under way.
-With a broker configured, ``workers_excluded`` also takes the workers' own Redis locks.
+An embedded command (``baton run``, ``approve``, ``reject``, ``resume`` without a broker)
+holds it exclusively from before its first change to its end: one such process at a time,
+and nothing else writes the folder meanwhile. Every process that writes the folder for the
+workers (a worker's task, the reaper, a command that dispatches to workers) holds it shared
+(``shared_scenario_lock``) while it writes: they run together, as the workers' per-agent
+Redis locks (``workers.tasks.agent_lock``) and the leases order their writes, but never
+beside an embedded run on the same folder (on other hosts, as far as the filesystem carries
+``flock``). The kernel frees a ``flock`` when its process dies, even by SIGKILL, so a crashed
+run never leaves the scenario locked. The file records who holds it exclusively (pid, host,
+since when, command) so a second run can say so, and ``holder(root)`` lets ``baton status``
+tell whether an embedded run is under way. With a broker configured, an embedded run also
+takes the workers' own Redis locks (``workers.exclusion.workers_excluded``).
 
-The file lives in ``state/``, which baton alone writes (the agents' tools refuse to), and
-is removed on release, so a finished run leaves the folder as it was.
+The file lives in ``state/``, which baton alone writes (the agents' tools refuse to); an
+exclusive holder removes it on release (shared holders cannot know whether others still hold
+it), and archiving a run (``scenarios.run.archive_run``) leaves it in place.
 """
 
 from __future__ import annotations
@@ -20,18 +27,15 @@ import shlex
 import socket
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import redis
-
 from scenarios.lease import read_from_start
-from scenarios.store import AGENTS
-from workers.app import broker_url
+from scenarios.run import STATE_LOCK
 
-LOCK_NAME = ".lock"
+LOCK_NAME = STATE_LOCK
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,16 @@ class ScenarioBusy(RuntimeError):
 
 def lock_path(root: Path) -> Path:
     return Path(root) / "state" / LOCK_NAME
+
+
+def _held_shared(fd: int) -> bool:
+    """After an exclusive lock was refused: True if only shared holders (workers) have it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
 
 
 def _read_holder(fd: int) -> Holder | None:
@@ -122,6 +136,8 @@ def scenario_lock(root: Path, command: str | None = None) -> Iterator[Holder]:
         except BlockingIOError:
             try:
                 with open(path, "rb") as busy:
+                    if _held_shared(busy.fileno()):
+                        raise ScenarioBusy(Path(root), None, by_workers=True) from None
                     raise ScenarioBusy(Path(root), _read_holder(busy.fileno())) from None
             except FileNotFoundError:
                 continue  # the holder released it meanwhile: try again
@@ -144,28 +160,27 @@ def scenario_lock(root: Path, command: str | None = None) -> Iterator[Holder]:
 
 
 @contextmanager
-def workers_excluded(root: Path) -> Iterator[None]:
-    """With a broker configured, also hold the Redis locks the workers take (one per agent and
-    one for phase changes), so an ``--embedded`` run and workers never step the same agent at
-    once: a worker's task finds its agent busy and is retried until this run ends.
-
-    Raises ``ScenarioBusy`` if a worker is in the middle of a task of this scenario. A broker
-    that does not answer is passed over: an embedded run needs none."""
-    if broker_url() is None:
-        yield
-        return
-    # Imported here: the Celery app reads the broker URL when imported, and a plain embedded run needs no Celery.
-    from workers.tasks import LockBusy, agent_lock
-
-    locks = ExitStack()
+def shared_scenario_lock(root: Path) -> Iterator[None]:
+    """Held by whatever writes the folder for the workers, many at once; raises ``ScenarioBusy`` naming
+    the embedded run that holds the scenario. Shared holders never remove the file: another may hold it."""
+    path = lock_path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder_now = _read_holder(fd)
+            os.close(fd)
+            raise ScenarioBusy(Path(root), holder_now) from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # an exclusive holder removed it between our open and our lock: the new file counts
     try:
-        for agent in (*AGENTS, "phase"):
-            locks.enter_context(agent_lock(root.name, agent))
-    except LockBusy:
-        locks.close()
-        raise ScenarioBusy(Path(root), None, by_workers=True) from None
-    except (redis.exceptions.RedisError, ValueError):  # no answer, or a broker URL redis cannot read
-        locks.close()
-        locks = ExitStack()
-    with locks:
         yield
+    finally:
+        os.close(fd)

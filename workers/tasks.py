@@ -29,6 +29,7 @@ from scenarios.run import load_run
 from scenarios.store import Layout, StoreError
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
+from workers.scenario_lock import ScenarioBusy, shared_scenario_lock
 
 log = logging.getLogger(__name__)
 # A lock lives LOCK_TTL_S and is renewed every LOCK_RENEW_S while its step runs, so the lock
@@ -193,10 +194,10 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
     checked("step", scenario, agent, step)
     root = scenario_root(scenario)
     try:
-        with agent_lock(scenario, agent):
+        with agent_lock(scenario, agent), shared_scenario_lock(root):
             report_start(self, root, scenario, agent, step)
             outcome, following = do_step(root, team := _team(root), agent, step)
-    except (LockBusy, LeaseBusy) as exc:
+    except (LockBusy, LeaseBusy, ScenarioBusy) as exc:  # ScenarioBusy: an embedded run holds the folder
         raise retry(self, exc, Task(kind="step", scenario=scenario, agent=agent, number=step)) from None
     self.send_event(
         "task-progress",
@@ -223,9 +224,9 @@ def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int
     checked("compaction", scenario, agent, after_step)
     root = scenario_root(scenario)
     try:
-        with agent_lock(scenario, agent):
+        with agent_lock(scenario, agent), shared_scenario_lock(root):
             outcome, following = do_compaction(root, team := _team(root), agent, after_step)
-    except (LockBusy, LeaseBusy) as exc:
+    except (LockBusy, LeaseBusy, ScenarioBusy) as exc:  # ScenarioBusy: an embedded run holds the folder
         raise retry(self, exc, Task(kind="compaction", scenario=scenario, agent=agent, number=after_step)) from None
     self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step,
                     status=outcome.status, fallback=outcome.fallback, usage=outcome.usage,
@@ -239,9 +240,9 @@ def phase_task(self: CeleryTask, scenario: str) -> dict:
     checked("phase", scenario)
     root = scenario_root(scenario)
     try:
-        with agent_lock(scenario, "phase"):
+        with agent_lock(scenario, "phase"), shared_scenario_lock(root):
             following = do_phase(root)
-    except (LockBusy, LeaseBusy) as exc:
+    except (LockBusy, LeaseBusy, ScenarioBusy) as exc:  # ScenarioBusy: an embedded run holds the folder
         raise retry(self, exc, Task(kind="phase", scenario=scenario)) from None
     dispatch(following)
     return {"scenario": scenario, "next": [t.model_dump() for t in following]}

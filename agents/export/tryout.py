@@ -120,12 +120,28 @@ def eval_export(task_dir: Path, model: Any, epochs: int, log_dir: Path) -> Any:
     except ImportError:
         raise TryoutError(NO_INSPECT) from None
     # From the task's folder: this Inspect resolves a task file by a glob, which takes relative paths only.
-    with contextlib.chdir(task_dir):
-        (log,) = inspect_ai.eval("task.py", model=model, epochs=epochs, log_dir=str(log_dir.resolve()), display="none")
+    from inspect_ai._util.error import PrerequisiteError
+
+    try:
+        with contextlib.chdir(task_dir):
+            (log,) = inspect_ai.eval("task.py", model=model, epochs=epochs, log_dir=str(log_dir.resolve()),
+                                     display="none")
+    except PrerequisiteError as exc:  # e.g. anthropic/... without ANTHROPIC_API_KEY: the user can fix it
+        missing = plain(str(getattr(exc, "message", exc)))
+        raise TryoutError(f"Inspect cannot use the model {model}: {missing}. Set what it names, or leave "
+                          f"out --model to try Inspect's offline mock ({MOCK_MODEL})") from None
     if log.status != "success" or not log.samples:
         error = log.error.message if log.error else f"status {log.status}"
         raise TryoutError(f"Inspect could not run the task with {model}: {error} (log: {log.location})")
     return log
+
+
+def plain(markup: str) -> str:
+    """Inspect's prerequisite messages are Rich markup meant for its own console: the text alone, on one line."""
+    from rich.text import Text
+
+    lines = [line.strip() for line in Text.from_markup(markup).plain.removeprefix("ERROR:").splitlines()]
+    return ": ".join(line for line in lines if line).rstrip(".")
 
 
 def _picked_iteration(root: Path, iteration: int | None) -> int:
