@@ -1,7 +1,7 @@
 """The summaries baton's agents return when their context is compacted, one schema per role.
 
 These are the agents' contract with the summary compactor (``context.compaction``):
-the compact prompt of each role (``agents/role_prompts/<role>/compact.md``) asks for these
+the compact prompt of each role (``prompts/<role>/compact.md``) asks for these
 keys, the compactor validates the model's JSON against the role's schema and,
 when the model cannot give one, builds a summary of the same shape from what
 baton knows (``fallback``). The compactor never looks at the role: the agent
