@@ -118,14 +118,24 @@ SANDBOX_DIR = "/scenario"
 # What a person configures and what baton alone writes: read-only inside (their absence is
 # kept too: one the command creates is removed afterwards). The scenarios folder around
 # (its shared CONVENTIONS.md) is not in the sandbox at all.
-PROTECTED = ("scenario.toml", "brief.md", CONVENTIONS, "run.json", "state")
+PROTECTED = ("scenario.toml", "brief.md", CONVENTIONS, "run.json", "state", "handoffs")
+# What the evaluation computes in each iteration's folder: no command may write its own report (the file tools
+# refuse them too, docs/agents.md "Tools"; a handoff's figures are checked against report.json).
+COMPUTED = ("report.json", "results.jsonl", "traces")
+
+
+def protected(root: Path) -> list[str]:
+    """The paths under ``root`` a command may read but not change: a person's settings, baton's own state,
+    the handoffs, and every iteration's computed evaluation outputs."""
+    outputs = sorted(p for p in (root / "execution_outputs").glob("iteration_*") if p.is_dir() and not p.is_symlink())
+    return [*PROTECTED, *(f"execution_outputs/{p.name}/{name}" for p in outputs for name in COMPUTED)]
 
 
 def bwrap_command(bwrap: str, root: Path, command: str) -> list[str]:
     """The argv that runs ``command`` with bash in a sandbox where ``root`` is /scenario,
     its protected files read-only, and the process and memory limits set inside."""
     root = root.resolve()
-    read_only = {root / name: f"{SANDBOX_DIR}/{name}" for name in PROTECTED if _exists(root / name)}
+    read_only = {root / name: f"{SANDBOX_DIR}/{name}" for name in protected(root) if _exists(root / name)}
     limits = f"ulimit -u {MAX_PROCESSES} -v {BASH_MEMORY_MB * 1024} && exec bash -c \"$1\""
     return sandbox_command(
         bwrap, writable={root: SANDBOX_DIR}, read_only=read_only, chdir=SANDBOX_DIR,
@@ -142,7 +152,7 @@ def _remove_created(root: Path, before: set[str]) -> list[str]:
     """Protected names the command created (it cannot change existing ones): removed, so a
     scenario.toml written from Bash never takes effect. Runs after the sandbox has ended."""
     removed = []
-    for name in PROTECTED:
+    for name in protected(root):
         path = root / name
         if name in before or not _exists(path):
             continue
@@ -239,7 +249,7 @@ class BashTool(FileTool):
         command = string_input(tool_input, "command")
         limit = self._limit(tool_input, ctx)
         confined = ctx.settings.bash_sandbox == "bwrap"
-        before = {name for name in PROTECTED if _exists(ctx.root / name)}
+        before = {name for name in protected(ctx.root) if _exists(ctx.root / name)}
         if confined:
             try:
                 argv = bwrap_command(usable_bwrap(), ctx.root, command)
