@@ -348,7 +348,7 @@ class BatonPolicy:
         # the agent's log (agents/step.py, context.todo_recap), so this policy's log differs from the run's.
         self.history = History(redact=False) if self.plan is not None else history
         self._steps_since_recap = 0
-        self.assembler = Assembler(history, self.policy, agent=AGENT, static=static)
+        self.assembler = Assembler(self.history, self.policy, agent=AGENT, static=static)
         self.event: CompactionEvent | None = None
         self.breaker = CircuitBreaker()
         self.opening_facts = self.opening_visible = 0
