@@ -23,12 +23,14 @@ import redis.lock
 from celery import Task as CeleryTask
 from pydantic import ValidationError
 
+from agents import tracing
 from agents.events import StepEvent, read_events
 from scenarios.lease import LeaseBusy
 from scenarios.run import load_run
 from scenarios.store import Layout, StoreError
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
+from workers.task_trace import finish, headers_for, received, task_span
 
 log = logging.getLogger(__name__)
 # A lock lives LOCK_TTL_S and is renewed every LOCK_RENEW_S while its step runs, so the lock
@@ -147,21 +149,25 @@ def shadow_name(task: Task, iteration: int | None) -> str:
     return f"baton.phase {task.scenario}{within}"
 
 
-def dispatch(tasks: list[Task]) -> None:
+def dispatch(tasks: list[Task], headers: list[tracing.Carrier] | None = None) -> None:
+    """Send ``tasks``, each with its trace headers (``workers.task_trace``; none when tracing is off)."""
     iterations: dict[str, int | None] = {}
-    for task in tasks:
+    for i, task in enumerate(tasks):
         if task.scenario not in iterations:
             iterations[task.scenario] = iteration_of(task.scenario)
         shadow = shadow_name(task, iterations[task.scenario])
+        sent = headers[i] if headers is not None else {}
+        if headers is None and tracing.on():  # sent from the CLI: a step hangs from its iteration
+            sent = headers_for(task, scenario_root(task.scenario))
         if task.kind == "step":
             app.send_task("baton.step", args=[task.scenario, task.agent, task.number], queue=task.agent,
-                          priority=STEP_PRIORITY, shadow=shadow)
+                          priority=STEP_PRIORITY, shadow=shadow, headers=sent)
         elif task.kind == "compaction":
             app.send_task("baton.compaction", args=[task.scenario, task.agent, task.number], queue="compaction",
-                          priority=COMPACTION_PRIORITY, shadow=shadow)
+                          priority=COMPACTION_PRIORITY, shadow=shadow, headers=sent)
         else:
             app.send_task("baton.phase", args=[task.scenario], queue="compaction", priority=COMPACTION_PRIORITY,
-                          shadow=shadow)
+                          shadow=shadow, headers=sent)
 
 
 def retry(task: CeleryTask, exc: Exception, what: Task) -> Exception:
@@ -192,12 +198,15 @@ def report_start(task: CeleryTask, root: Path, scenario: str, agent: str, step: 
 def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
     checked("step", scenario, agent, step)
     root = scenario_root(scenario)
+    what = Task(kind="step", scenario=scenario, agent=agent, number=step)
     try:
         with agent_lock(scenario, agent):
             report_start(self, root, scenario, agent, step)
-            outcome, following = do_step(root, team := _team(root), agent, step)
+            with task_span(what, root, received(self.request)) as live:
+                outcome, following = do_step(root, team := _team(root), agent, step)
+                headers = finish(live, outcome, following, root)
     except (LockBusy, LeaseBusy) as exc:
-        raise retry(self, exc, Task(kind="step", scenario=scenario, agent=agent, number=step)) from None
+        raise retry(self, exc, what) from None
     self.send_event(
         "task-progress",
         scenario=scenario,
@@ -212,7 +221,8 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
         cost_usd=team[agent].cost(outcome.usage),
         said=outcome.said,  # the start of what the agent said, redacted
     )
-    dispatch(following)
+    dispatch(following, headers)
+    tracing.flush()
     return outcome.model_dump(
         include={"agent", "step", "status", "reason", "iteration", "tokens_in_context", "threshold", "model", "usage"}
     )
@@ -222,15 +232,18 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
 def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int) -> dict:
     checked("compaction", scenario, agent, after_step)
     root = scenario_root(scenario)
+    what = Task(kind="compaction", scenario=scenario, agent=agent, number=after_step)
     try:
-        with agent_lock(scenario, agent):
+        with agent_lock(scenario, agent), task_span(what, root, received(self.request)) as live:
             outcome, following = do_compaction(root, team := _team(root), agent, after_step)
+            headers = finish(live, outcome, following, root)
     except (LockBusy, LeaseBusy) as exc:
-        raise retry(self, exc, Task(kind="compaction", scenario=scenario, agent=agent, number=after_step)) from None
+        raise retry(self, exc, what) from None
     self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step,
                     status=outcome.status, fallback=outcome.fallback, usage=outcome.usage,
                     cost_usd=team[agent].cost(outcome.usage))
-    dispatch(following)
+    dispatch(following, headers)
+    tracing.flush()
     return {"scenario": scenario, "agent": agent, "after_step": after_step, "next": [t.model_dump() for t in following]}
 
 
@@ -238,10 +251,13 @@ def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int
 def phase_task(self: CeleryTask, scenario: str) -> dict:
     checked("phase", scenario)
     root = scenario_root(scenario)
+    what = Task(kind="phase", scenario=scenario)
     try:
-        with agent_lock(scenario, "phase"):
+        with agent_lock(scenario, "phase"), task_span(what, root, received(self.request)) as live:
             following = do_phase(root)
+            headers = finish(live, None, following, root)
     except (LockBusy, LeaseBusy) as exc:
-        raise retry(self, exc, Task(kind="phase", scenario=scenario)) from None
-    dispatch(following)
+        raise retry(self, exc, what) from None
+    dispatch(following, headers)
+    tracing.flush()
     return {"scenario": scenario, "next": [t.model_dump() for t in following]}
