@@ -157,3 +157,47 @@ def test_content_only_on_opt_in_and_then_redacted(exporter, root, monkeypatch):
     everything = json.dumps([s.attributes for s in spans], default=str)
     assert "The sandbox key is" in everything, "the system prompt is not in any span"
     assert SECRET not in everything and "<REDACTED>" in everything
+
+
+# ---- across the three workers, exported over OTLP/HTTP --------------------------------------------
+
+
+@pytest.fixture
+def receiver():
+    pytest.importorskip("opentelemetry.proto", reason="the [otel] extra (the OTLP exporter) is not installed")
+    from tests.otlp_receiver import OtlpReceiver
+
+    server = OtlpReceiver()
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow  # real Celery workers and a private redis-server
+@pytest.mark.timeout(300)
+def test_on_three_workers_the_run_is_one_trace_and_a_compaction_is_the_child_of_its_step(redis_server, receiver,
+                                                                                            request, tmp_path):
+    from tests.workers_harness import Cluster, wait_for
+
+    cluster = Cluster(redis_server.url, tmp_path)
+    request.addfinalizer(cluster.stop_all)
+    # Only the standard variables; each worker flushes after its task, so no wait for a batch timer.
+    cluster.env |= {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "baton-test"}
+    cluster.workers()
+    cluster.start_run()  # this process has no OTEL_* set: the first step hangs from its iteration on disk
+    cluster.wait_done()
+    # The last task's spans are flushed after it wrote run.json: wait until the tree is whole.
+    def whole():
+        try:
+            return check_run_tree(list(receiver.spans), cluster.root)
+        except (AssertionError, KeyError):
+            return None
+
+    try:
+        kinds = wait_for(whole, "every span of the run to arrive", timeout=30)
+    except AssertionError:
+        check_run_tree(list(receiver.spans), cluster.root)  # fails with what is missing
+        raise
+    spans = list(receiver.spans)
+    assert kinds["compactions"], "the demo profile compacts: no compaction span"
+    assert receiver.services == {"baton-test"}
+    assert not content_keys(spans)
