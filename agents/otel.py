@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import Status, StatusCode
 
 SCOPE = "baton"
-FLUSH_MS = 5_000  # a worker flushes after each task; a collector that is down costs a task this much at most
+FLUSH_MS = 5_000  # a worker process's last flush waits this long at most for a collector that is down
 
 
 class ExporterError(ValueError):

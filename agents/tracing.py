@@ -132,7 +132,7 @@ def attached(parent: Carrier | None) -> Iterator[None]:
 
 
 def flush() -> None:
-    """Send what is buffered (a worker after each task: a prefork child may end without atexit)."""
+    """Send what is buffered (a prefork worker child ends without atexit; `baton run` embedded at its end)."""
     tracer = backend()
     if tracer is not None:
         tracer.flush()

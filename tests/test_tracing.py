@@ -180,12 +180,13 @@ def test_on_three_workers_the_run_is_one_trace_and_a_compaction_is_the_child_of_
 
     cluster = Cluster(redis_server.url, tmp_path)
     request.addfinalizer(cluster.stop_all)
-    # Only the standard variables; each worker flushes after its task, so no wait for a batch timer.
-    cluster.env |= {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "baton-test"}
+    # Only the standard variables (a short batch delay, so the spans arrive while the test waits).
+    cluster.env |= {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "baton-test",
+                    "OTEL_BSP_SCHEDULE_DELAY": "200"}
     cluster.workers()
     cluster.start_run()  # this process has no OTEL_* set: the first step hangs from its iteration on disk
     cluster.wait_done()
-    # The last task's spans are flushed after it wrote run.json: wait until the tree is whole.
+    # The last task's spans leave after it wrote run.json: wait until the tree is whole.
     def whole():
         try:
             return check_run_tree(list(receiver.spans), cluster.root)

@@ -114,7 +114,7 @@ def test_three_workers_run_in_phoenix(phoenix, redis_server, request, tmp_path):
     url, python = phoenix
     cluster = Cluster(redis_server.url, tmp_path / "cluster")
     request.addfinalizer(cluster.stop_all)
-    cluster.env |= _otel_env(url)
+    cluster.env |= _otel_env(url) | {"OTEL_BSP_SCHEDULE_DELAY": "200"}
     cluster.workers()
     cluster.start_run()
     cluster.wait_done()

@@ -21,6 +21,7 @@ from pathlib import Path
 import redis
 import redis.lock
 from celery import Task as CeleryTask
+from celery.signals import worker_process_shutdown
 from pydantic import ValidationError
 
 from agents import tracing
@@ -84,6 +85,13 @@ def _team_for(root: Path, profile: str | None) -> Team:
         if (root, profile) not in _teams:
             _teams[(root, profile)] = Team(root, profile=profile)
         return _teams[(root, profile)]
+
+
+@worker_process_shutdown.connect
+def _send_spans(**_: object) -> None:
+    # A prefork child ends without atexit: what its batch processor holds goes now (nothing when tracing is off).
+    # Not after each task: a collector that is down would hold every task up for the exporter's timeout.
+    tracing.flush()
 
 
 @cache
@@ -222,7 +230,6 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
         said=outcome.said,  # the start of what the agent said, redacted
     )
     dispatch(following, headers)
-    tracing.flush()
     return outcome.model_dump(
         include={"agent", "step", "status", "reason", "iteration", "tokens_in_context", "threshold", "model", "usage"}
     )
@@ -243,7 +250,6 @@ def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int
                     status=outcome.status, fallback=outcome.fallback, usage=outcome.usage,
                     cost_usd=team[agent].cost(outcome.usage))
     dispatch(following, headers)
-    tracing.flush()
     return {"scenario": scenario, "agent": agent, "after_step": after_step, "next": [t.model_dump() for t in following]}
 
 
@@ -259,5 +265,4 @@ def phase_task(self: CeleryTask, scenario: str) -> dict:
     except (LockBusy, LeaseBusy) as exc:
         raise retry(self, exc, what) from None
     dispatch(following, headers)
-    tracing.flush()
     return {"scenario": scenario, "next": [t.model_dump() for t in following]}
