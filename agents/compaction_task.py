@@ -127,7 +127,7 @@ def _summary_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float]
         )
         with tracing.chat(request, agent.model.label) as traced:
             response = agent.model.create(request)
-            tracing.reply(traced, response, cost_usd=agent.cost(response.usage))
+            tracing.reply(traced, response, cost=agent.cost)
         if response.stop_reason in ("refusal", "model_context_window_exceeded"):
             # Asking again with the parse error cannot help: the fallback summary, at once.
             raise ModelError(f"the summary call stopped with {response.stop_reason}")

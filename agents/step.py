@@ -239,7 +239,7 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
         try:
             with tracing.chat(request, agent.model.label) as call:
                 response = _ask(agent.model, request)
-                tracing.reply(call, response, cost_usd=agent.cost(response.usage), tokens=tokens,
+                tracing.reply(call, response, cost=agent.cost, tokens=tokens,
                               threshold=config.context.threshold)
         except PromptTooLong as exc:
             return _too_long(disk, step, base, f"the API said the prompt is too long: {exc}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from context.redaction import redact
 if TYPE_CHECKING:
     from agents.models import ModelRequest, ModelResponse
     from agents.otel import Backend
+    from context.messages import Usage
 
 ENABLING = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -171,12 +172,14 @@ def chat(request: ModelRequest, label: str) -> Iterator[Span]:
         yield live
 
 
-def reply(live: Span, response: ModelResponse, *, cost_usd: float | None = None, tokens: int | None = None,
-          threshold: int | None = None) -> None:
-    """The answer's attributes on a ``chat`` span: model, tokens (input counts the cache too), stop reason."""
+def reply(live: Span, response: ModelResponse, *, cost: Callable[[Usage], float | None] | None = None,
+          tokens: int | None = None, threshold: int | None = None) -> None:
+    """The answer's attributes on a ``chat`` span: model, tokens (input counts the cache too), stop reason, and
+    what ``cost`` (``Agent.cost``, asked only when tracing is on) says the call cost."""
     if live is NOOP:
         return
     usage = response.usage
+    cost_usd = cost(usage) if cost is not None else None
     attributes: dict[str, Any] = {
         "gen_ai.response.model": response.model or None, "gen_ai.response.id": response.id or None,
         "gen_ai.response.finish_reasons": [response.stop_reason] if response.stop_reason else None,

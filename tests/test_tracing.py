@@ -202,3 +202,41 @@ def test_on_three_workers_the_run_is_one_trace_and_a_compaction_is_the_child_of_
     assert kinds["compactions"], "the demo profile compacts: no compaction span"
     assert receiver.services == {"baton-test"}
     assert not content_keys(spans)
+
+
+def test_a_chat_span_carries_the_gen_ai_attributes_and_the_cost(exporter):
+    from agents.models import ModelRequest, ModelResponse
+    from context.messages import TextBlock, Usage
+
+    request = ModelRequest(model="claude-sonnet-4-5", max_tokens=100, messages=[{"role": "user", "content": "hi"}])
+    usage = Usage(input_tokens=10, output_tokens=5, cache_creation_input_tokens=20, cache_read_input_tokens=300)
+    response = ModelResponse(id="msg_1", model="claude-sonnet-4-5-20250929", content=[TextBlock(text="hello")],
+                             stop_reason="end_turn", usage=usage)
+    seen: list[Usage] = []
+    with tracing.chat(request, "claude-sonnet-4-5") as call:
+        tracing.reply(call, response, cost=lambda u: seen.append(u) or 0.0125, tokens=900, threshold=1000)
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "chat claude-sonnet-4-5" and seen == [usage]
+    assert {k: span.attributes[k] for k in (
+        "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "gen_ai.response.model",
+        "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.cache_creation.input_tokens", "baton.cost_usd", "baton.context.tokens",
+        "baton.context.threshold")} == {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic",
+        "gen_ai.request.model": "claude-sonnet-4-5", "gen_ai.response.model": "claude-sonnet-4-5-20250929",
+        "gen_ai.usage.input_tokens": 330,
+        "gen_ai.usage.output_tokens": 5, "gen_ai.usage.cache_read.input_tokens": 300,
+        "gen_ai.usage.cache_creation.input_tokens": 20, "baton.cost_usd": 0.0125, "baton.context.tokens": 900,
+        "baton.context.threshold": 1000}
+    assert tuple(span.attributes["gen_ai.response.finish_reasons"]) == ("end_turn",)
+    assert not content_keys(from_sdk([span]))
+
+
+def test_a_failed_model_call_is_an_error_span(exporter):
+    from agents.models import ModelError, ModelRequest
+
+    request = ModelRequest(model="claude-sonnet-4-5", max_tokens=100, messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(ModelError), tracing.chat(request, "claude-sonnet-4-5"):
+        raise ModelError("overloaded")
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code.name == "ERROR" and "overloaded" in span.status.description

@@ -42,7 +42,10 @@ def _kept(path: Path, make: Callable[[], tracing.Carrier]) -> tracing.Carrier:
     try:
         os.link(tmp, path)  # never replaces: a context another process kept stays the run's
     except FileExistsError:
-        made = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            made = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:  # a damaged file: this span goes on under its own context; tracing never stops a run
+            pass
     finally:
         os.unlink(tmp)
     return made
