@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from agents import tracing
 from agents.agent import Agent
 from agents.config import ConfigError
 from agents.conventions import ConventionsError
@@ -79,6 +80,7 @@ def _compact(disk: AgentDisk, agent: Agent, after_step: int | None, force: bool)
     except ConventionsError as exc:  # the next step fails with the same message and the run stops there
         return CompactionOutcome(agent=agent.role, status="skipped", after_step=done, skip="conventions",
                                  reason=str(exc))
+    trigger = "prompt_too_long" if disk.state.force_compaction else "forced" if force else "threshold"
     # The compactor the policy names; the role's summary schema is an input, not a branch inside it.
     event = assembler.compactor.compact(
         assembler, disk.compaction(), schema=SUMMARY_SCHEMAS[agent.role], prompt=prompt(agent.role, "compact"),
@@ -98,7 +100,7 @@ def _compact(disk: AgentDisk, agent: Agent, after_step: int | None, force: bool)
     disk.state.compaction_due = None
     disk.save_state()
     return CompactionOutcome(agent=agent.role, status="compacted", after_step=done, event_id=event.id,
-                             fallback=event.fallback, tokens_before=event.tokens_before,
+                             fallback=event.fallback, trigger=trigger, tokens_before=event.tokens_before,
                              tokens_after=event.tokens_after, usage=event.usage.model_dump() if event.usage else None)
 
 
@@ -123,7 +125,9 @@ def _summary_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float]
             system=body.get("system"), tools=body.get("tools", []), temperature=config.model.summary_temperature,
             timeout_s=left, deadline_s=left, purpose="summary", **thinking_fields(config.model),
         )
-        response = agent.model.create(request)
+        with tracing.chat(request, agent.model.label) as traced:
+            response = agent.model.create(request)
+            tracing.reply(traced, response, cost=agent.cost)
         if response.stop_reason in ("refusal", "model_context_window_exceeded"):
             # Asking again with the parse error cannot help: the fallback summary, at once.
             raise ModelError(f"the summary call stopped with {response.stop_reason}")

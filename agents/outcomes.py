@@ -45,6 +45,8 @@ class CompactionOutcome(BaseModel):
     skip: SkipReason | None = None
     event_id: int | None = None
     fallback: bool = False
+    # What asked for it: a step over the threshold, the API's "prompt too long", or a person (forced).
+    trigger: Literal["threshold", "prompt_too_long", "forced"] | None = None
     tokens_before: int = 0
     tokens_after: int = 0
     usage: dict[str, int] | None = None  # the summary call's usage, when the model was asked

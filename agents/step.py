@@ -39,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agents import tracing
 from agents.agent import Agent
 from agents.compaction_task import run_compaction
 from agents.conventions import ConventionsError, conventions_for
@@ -73,7 +74,7 @@ from context.redaction import redact
 from context.todo_recap import recap_due
 from scenarios.journal import Journal
 from scenarios.lease import LeaseLost
-from scenarios.store import write_atomic
+from scenarios.store import relative, write_atomic
 
 Fault = Callable[[str, int], None]  # (point, step): tests inject crashes here
 log = logging.getLogger(__name__)
@@ -236,7 +237,10 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
     started = time.monotonic()
     while True:
         try:
-            response = _ask(agent.model, request)
+            with tracing.chat(request, agent.model.label) as call:
+                response = _ask(agent.model, request)
+                tracing.reply(call, response, cost=agent.cost, tokens=tokens,
+                              threshold=config.context.threshold)
         except PromptTooLong as exc:
             return _too_long(disk, step, base, f"the API said the prompt is too long: {exc}")
         except ThinkingRefused as exc:
@@ -562,7 +566,9 @@ def _tool_result(disk: AgentDisk, tools: dict[str, Tool], ctx: ToolContext, use:
         journal.rollback()  # a crash inside the call: what it changed goes back as it was
     fault(f"before_tool:{index}", step)
     ctx.files = journal
-    text = run_tool(tools, use.name, dict(use.input), ctx).text()
+    with tracing.tool_call(use.name, use.id, use.input) as traced:
+        text = run_tool(tools, use.name, dict(use.input), ctx).text()
+        tracing.tool_result(traced, parse_envelope(text).get("status"), relative(disk.layout.root, archive), text)
     fault(f"before_archive:{index}", step)
     journal.keep_memory(ctx.memory)
     write_atomic(archive, text, disk.lease)

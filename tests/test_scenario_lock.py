@@ -64,7 +64,10 @@ def test_a_second_baton_run_exits_2_naming_the_holder_and_a_killed_holder_frees_
             if first.poll() is not None:
                 pytest.fail(f"the first run ended ({first.returncode}) before it was seen holding the lock")
             found = holder(root)
-            return found if found is not None and found.pid == first.pid else None
+            # Held, and the run started (the lock comes before the first change, run.json a moment later):
+            # resuming below needs a run to resume.
+            started = (root / "run.json").exists()
+            return found if found is not None and found.pid == first.pid and started else None
 
         held = wait_for(holding, "the first run to hold the scenario", timeout=60, interval=0.005)
         os.kill(first.pid, signal.SIGSTOP)  # frozen mid-run, lock held

@@ -17,6 +17,7 @@ from pathlib import Path
 import redis
 from rich.text import Text
 
+from agents import tracing
 from agents.models import API_KEY_ENV, ModelError
 from scenarios.run import load_run
 from scenarios.store import AGENTS
@@ -100,6 +101,8 @@ def run_here(root: Path, move: Move, profile: str | None) -> bool:
                         run_embedded(tasks, team, on_task=progress.refresh)
                     except KeyboardInterrupt:
                         return False
+                    finally:
+                        tracing.flush()
     except ScenarioBusy as busy:
         raise busy_error(busy) from None
     return True

@@ -10,7 +10,9 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping
 
-from workers.loop import Task, Team, run_task
+from agents import tracing
+from workers.loop import Task, Team, run_task, scenario_root
+from workers.task_trace import finish, task_span
 
 PRIORITY = {"compaction": 0, "phase": 1, "step": 2}
 
@@ -19,16 +21,20 @@ def run_embedded(tasks: Iterable[Task], team: Team, *, env: Mapping[str, str] | 
                  on_task: Callable[[Task, list[Task]], None] | None = None, max_tasks: int = 100_000) -> int:
     """Run ``tasks`` and everything they lead to; returns how many tasks ran."""
     order = itertools.count()
-    queue: list[tuple[int, int, Task]] = []
+    # Each task with the trace headers it was "sent" with, as the Celery tasks carry them (empty when off).
+    queue: list[tuple[int, int, Task, tracing.Carrier]] = []
     for task in tasks:
-        heapq.heappush(queue, (PRIORITY[task.kind], next(order), task))
+        heapq.heappush(queue, (PRIORITY[task.kind], next(order), task, {}))
     done = 0
     while queue and done < max_tasks:
-        _, _, task = heapq.heappop(queue)
-        following = run_task(task, team, env)
+        _, _, task, sent = heapq.heappop(queue)
+        root = scenario_root(task.scenario, env)
+        with task_span(task, root, sent) as live:
+            outcome, following = run_task(task, team, root)
+            headers = finish(live, outcome, following, root)
         done += 1
         if on_task:
             on_task(task, following)
-        for nxt in following:
-            heapq.heappush(queue, (PRIORITY[nxt.kind], next(order), nxt))
+        for nxt, carrier in zip(following, headers, strict=True):
+            heapq.heappush(queue, (PRIORITY[nxt.kind], next(order), nxt, carrier))
     return done

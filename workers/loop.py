@@ -359,11 +359,11 @@ def handoff_payload(root: Path, iteration: int, agent: str) -> InitToExecute | E
         ) from None
 
 
-def run_task(task: Task, team: Team, env: Mapping[str, str] | None = None) -> list[Task]:
-    """Execute one task in this process; returns what comes next."""
-    root = scenario_root(task.scenario, env)
+def run_task(task: Task, team: Team, root: Path) -> tuple[StepOutcome | CompactionOutcome | None, list[Task]]:
+    """Execute one task in this process (``root`` is its scenario's folder); returns its outcome (None for a
+    phase) and what comes next."""
     if task.kind == "step":
-        return do_step(root, team, task.agent, task.number)[1]
+        return do_step(root, team, task.agent, task.number)
     if task.kind == "compaction":
-        return do_compaction(root, team, task.agent, task.number)[1]
-    return do_phase(root)
+        return do_compaction(root, team, task.agent, task.number)
+    return None, do_phase(root)

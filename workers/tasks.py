@@ -21,8 +21,10 @@ from pathlib import Path
 import redis
 import redis.lock
 from celery import Task as CeleryTask
+from celery.signals import worker_process_shutdown
 from pydantic import ValidationError
 
+from agents import tracing
 from agents.events import StepEvent, read_events
 from scenarios.lease import LeaseBusy
 from scenarios.run import load_run
@@ -30,6 +32,7 @@ from scenarios.store import Layout, StoreError
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
 from workers.scenario_lock import ScenarioBusy, shared_scenario_lock
+from workers.task_trace import finish, headers_for, received, task_span
 
 log = logging.getLogger(__name__)
 # A lock lives LOCK_TTL_S and is renewed every LOCK_RENEW_S while its step runs, so the lock
@@ -83,6 +86,13 @@ def _team_for(root: Path, profile: str | None) -> Team:
         if (root, profile) not in _teams:
             _teams[(root, profile)] = Team(root, profile=profile)
         return _teams[(root, profile)]
+
+
+@worker_process_shutdown.connect
+def _send_spans(**_: object) -> None:
+    # A prefork child ends without atexit: what its batch processor holds goes now (nothing when tracing is off).
+    # Not after each task: a collector that is down would hold every task up for the exporter's timeout.
+    tracing.flush()
 
 
 @cache
@@ -148,21 +158,25 @@ def shadow_name(task: Task, iteration: int | None) -> str:
     return f"baton.phase {task.scenario}{within}"
 
 
-def dispatch(tasks: list[Task]) -> None:
+def dispatch(tasks: list[Task], headers: list[tracing.Carrier] | None = None) -> None:
+    """Send ``tasks``, each with its trace headers (``workers.task_trace``; none when tracing is off)."""
     iterations: dict[str, int | None] = {}
-    for task in tasks:
+    for i, task in enumerate(tasks):
         if task.scenario not in iterations:
             iterations[task.scenario] = iteration_of(task.scenario)
         shadow = shadow_name(task, iterations[task.scenario])
+        sent = headers[i] if headers is not None else {}
+        if headers is None and tracing.on():  # sent from the CLI: a step hangs from its iteration
+            sent = headers_for(task, scenario_root(task.scenario))
         if task.kind == "step":
             app.send_task("baton.step", args=[task.scenario, task.agent, task.number], queue=task.agent,
-                          priority=STEP_PRIORITY, shadow=shadow)
+                          priority=STEP_PRIORITY, shadow=shadow, headers=sent)
         elif task.kind == "compaction":
             app.send_task("baton.compaction", args=[task.scenario, task.agent, task.number], queue="compaction",
-                          priority=COMPACTION_PRIORITY, shadow=shadow)
+                          priority=COMPACTION_PRIORITY, shadow=shadow, headers=sent)
         else:
             app.send_task("baton.phase", args=[task.scenario], queue="compaction", priority=COMPACTION_PRIORITY,
-                          shadow=shadow)
+                          shadow=shadow, headers=sent)
 
 
 def retry(task: CeleryTask, exc: Exception, what: Task) -> Exception:
@@ -193,12 +207,15 @@ def report_start(task: CeleryTask, root: Path, scenario: str, agent: str, step: 
 def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
     checked("step", scenario, agent, step)
     root = scenario_root(scenario)
+    what = Task(kind="step", scenario=scenario, agent=agent, number=step)
     try:
         with agent_lock(scenario, agent), shared_scenario_lock(root):
             report_start(self, root, scenario, agent, step)
-            outcome, following = do_step(root, team := _team(root), agent, step)
+            with task_span(what, root, received(self.request)) as live:
+                outcome, following = do_step(root, team := _team(root), agent, step)
+                headers = finish(live, outcome, following, root)
     except (LockBusy, LeaseBusy, ScenarioBusy) as exc:  # ScenarioBusy: an embedded run holds the folder
-        raise retry(self, exc, Task(kind="step", scenario=scenario, agent=agent, number=step)) from None
+        raise retry(self, exc, what) from None
     self.send_event(
         "task-progress",
         scenario=scenario,
@@ -213,7 +230,7 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
         cost_usd=team[agent].cost(outcome.usage),
         said=outcome.said,  # the start of what the agent said, redacted
     )
-    dispatch(following)
+    dispatch(following, headers)
     return outcome.model_dump(
         include={"agent", "step", "status", "reason", "iteration", "tokens_in_context", "threshold", "model", "usage"}
     )
@@ -223,15 +240,18 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
 def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int) -> dict:
     checked("compaction", scenario, agent, after_step)
     root = scenario_root(scenario)
+    what = Task(kind="compaction", scenario=scenario, agent=agent, number=after_step)
     try:
-        with agent_lock(scenario, agent), shared_scenario_lock(root):
+        with agent_lock(scenario, agent), shared_scenario_lock(root), \
+                task_span(what, root, received(self.request)) as live:
             outcome, following = do_compaction(root, team := _team(root), agent, after_step)
+            headers = finish(live, outcome, following, root)
     except (LockBusy, LeaseBusy, ScenarioBusy) as exc:  # ScenarioBusy: an embedded run holds the folder
-        raise retry(self, exc, Task(kind="compaction", scenario=scenario, agent=agent, number=after_step)) from None
+        raise retry(self, exc, what) from None
     self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step,
                     status=outcome.status, fallback=outcome.fallback, usage=outcome.usage,
                     cost_usd=team[agent].cost(outcome.usage))
-    dispatch(following)
+    dispatch(following, headers)
     return {"scenario": scenario, "agent": agent, "after_step": after_step, "next": [t.model_dump() for t in following]}
 
 
@@ -239,10 +259,13 @@ def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int
 def phase_task(self: CeleryTask, scenario: str) -> dict:
     checked("phase", scenario)
     root = scenario_root(scenario)
+    what = Task(kind="phase", scenario=scenario)
     try:
-        with agent_lock(scenario, "phase"), shared_scenario_lock(root):
+        with agent_lock(scenario, "phase"), shared_scenario_lock(root), \
+                task_span(what, root, received(self.request)) as live:
             following = do_phase(root)
+            headers = finish(live, None, following, root)
     except (LockBusy, LeaseBusy, ScenarioBusy) as exc:  # ScenarioBusy: an embedded run holds the folder
-        raise retry(self, exc, Task(kind="phase", scenario=scenario)) from None
-    dispatch(following)
+        raise retry(self, exc, what) from None
+    dispatch(following, headers)
     return {"scenario": scenario, "next": [t.model_dump() for t in following]}
