@@ -41,16 +41,17 @@ def _link(digest: str, part: str) -> str:
 def static_digest(system: str, tools: list[dict[str, Any]], epoch: int = 0) -> str:
     """The chain's start: the system prompt and the tool definitions (without cache_control), and the
     thinking epoch (raised after the API refused a block: every block stamped before is then left out)."""
-    body = json.dumps({"system": system, "tools": _unmarked(tools), "epoch": epoch}, sort_keys=True,
+    body = json.dumps({"system": system, "tools": without_cache_control(tools), "epoch": epoch}, sort_keys=True,
                       ensure_ascii=False)
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
-def _unmarked(value: Any) -> Any:
+def without_cache_control(value: Any) -> Any:
+    """``value`` with every ``cache_control`` key removed, at any depth: a breakpoint is part of no prefix."""
     if isinstance(value, dict):
-        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
+        return {k: without_cache_control(v) for k, v in value.items() if k != "cache_control"}
     if isinstance(value, list):
-        return [_unmarked(v) for v in value]
+        return [without_cache_control(v) for v in value]
     return value
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from context.messages import Message
+from context.prefix import without_cache_control
 from context.tokens import count_text
 
 CLAUDE_PER_CL100K = 1.19
@@ -42,15 +43,8 @@ def claude_tokens(raw: int) -> int:
 
 
 def _canonical(where: str, value: Any) -> str:
-    return json.dumps({"at": where, "v": _unmarked(value)}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def _unmarked(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_unmarked(v) for v in value]
-    return value
+    return json.dumps({"at": where, "v": without_cache_control(value)}, sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"))
 
 
 def _ttl(marker: Any) -> float:

@@ -31,6 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from context.prefix import without_cache_control
 from workers.fake_api.rules import invalid
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
@@ -50,15 +51,7 @@ def preserves_thinking(model_id: str) -> bool:
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(_unmarked(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def _unmarked(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_unmarked(v) for v in value]
-    return value
+    return json.dumps(without_cache_control(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _link(digest: str, part: str) -> str:
