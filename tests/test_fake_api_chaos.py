@@ -101,9 +101,16 @@ def chaos(tmp_path_factory) -> Iterator[Chaos]:
     except AssertionError:
         _stop(double)
         raise
-    yield Chaos(f"http://127.0.0.1:{double_port}", f"http://127.0.0.1:{proxy_port}")
-    _stop(proxy)
-    _stop(double)
+    chaos = Chaos(f"http://127.0.0.1:{double_port}", f"http://127.0.0.1:{proxy_port}")
+    try:
+        # One answer through the proxy first (the default model, which no fault matches): a cold proxy's first
+        # answer can outlast the tests' short timeouts on a loaded machine, as when xdist starts this fixture
+        # for a single test.
+        AnthropicModel(api_key=KEY, base_url=chaos.proxy, max_retries=2, base_delay_s=0.01).create(init_request())
+        yield chaos
+    finally:
+        _stop(proxy)
+        _stop(double)
 
 
 @pytest.fixture
