@@ -173,7 +173,8 @@ def test_baton_try_writes_the_tryout_and_status_shows_it(example: Path) -> None:
     assert tryout["model"] == "mockllm/model" and tryout["mock"] and tryout["epochs"] == 2
     assert len(tryout["samples"]) == 10 and all(s["trials"] == 2 for s in tryout["samples"])
     assert set(tryout["pass_hat"]) == {"1", "2"} and Path(tryout["log"]).is_file()
-    status = baton(example.parent, "status", "refund_desk")
+    # Wide enough for the report's path in full: under pytest-xdist the temporary folder's path is longer.
+    status = baton(example.parent, "status", "refund_desk", COLUMNS="400")
     assert "mockllm/model (mock)" in status.output and "pass^2" in status.output
     as_json = json.loads(baton(example.parent, "status", "refund_desk", "--json").output)
     assert as_json["tryouts"]["2"]["pass_rate"] == tryout["pass_rate"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
@@ -277,9 +276,11 @@ def test_refusal_and_context_window_exceeded(server):
 
 def test_a_hang_times_the_client_out_and_its_retry_gets_the_answer(server):
     queue_fault(server.url, fault="hang", hang_s=0.6)
-    started = time.monotonic()
     response = model(server, max_retries=1).create(init_request(timeout_s=0.2))
-    assert response.stop_reason == "tool_use" and time.monotonic() - started < 0.6
+    assert response.stop_reason == "tool_use"
+    # Two requests: the client gave the hung one up after 0.2 s and retried (one that waited the hang out,
+    # which then answers, sends only one). No wall-clock bound: the retry's back-off is random and the
+    # machine is shared.
     assert stats(server.url)["requests"]["POST /v1/messages"] == 2
 
 

@@ -35,7 +35,8 @@ SCENARIOS = {
     "chaos-529": ({"kind": "http_error", "status_code": 529}, FIRST_OF_TWO),
     "chaos-500": ({"kind": "http_error", "status_code": 500}, FIRST_OF_TWO),
     "chaos-slow": ({"kind": "latency", "min_ms": 150, "max_ms": 200}, {"mode": "always"}),
-    "chaos-slower": ({"kind": "latency", "min_ms": 700, "max_ms": 800}, FIRST_OF_TWO),
+    # past the 1.5 s timeout of the test below by far; its retry has 1.5 s, room on a loaded machine
+    "chaos-slower": ({"kind": "latency", "min_ms": 3000, "max_ms": 3200}, FIRST_OF_TWO),
     "chaos-bad-json": ({"kind": "invalid_json"}, {"mode": "always"}),
     "chaos-empty": ({"kind": "empty_response"}, {"mode": "always"}),
 }
@@ -100,9 +101,16 @@ def chaos(tmp_path_factory) -> Iterator[Chaos]:
     except AssertionError:
         _stop(double)
         raise
-    yield Chaos(f"http://127.0.0.1:{double_port}", f"http://127.0.0.1:{proxy_port}")
-    _stop(proxy)
-    _stop(double)
+    chaos = Chaos(f"http://127.0.0.1:{double_port}", f"http://127.0.0.1:{proxy_port}")
+    try:
+        # One answer through the proxy first (the default model, which no fault matches): a cold proxy's first
+        # answer can outlast the tests' short timeouts on a loaded machine, as when xdist starts this fixture
+        # for a single test.
+        AnthropicModel(api_key=KEY, base_url=chaos.proxy, max_retries=2, base_delay_s=0.01).create(init_request())
+        yield chaos
+    finally:
+        _stop(proxy)
+        _stop(double)
 
 
 @pytest.fixture
@@ -139,7 +147,7 @@ def test_latency_is_waited_through(chaos, sleeps):
 
 def test_latency_past_the_timeout_is_retried(chaos, sleeps, caplog):
     caplog.set_level(logging.WARNING, logger="agents.anthropic_model")
-    response = _through(chaos, sleeps).create(init_request(model="chaos-slower", timeout_s=0.3))
+    response = _through(chaos, sleeps).create(init_request(model="chaos-slower", timeout_s=1.5))
     assert response.stop_reason == "tool_use" and len(sleeps) == 1 and "timeout" in caplog.text
 
 

@@ -107,25 +107,28 @@ def hold_memory(data, children, mb):
     """``children`` processes each holding ``mb`` MiB at once: how many still hold it together."""
     read, write = os.pipe()
     pids = []
-    for _ in range(children):
+    for index in range(children):
         pid = os.fork()
         if pid == 0:
             held = b"\\x01" * (mb * 1024 * 1024)
-            os.write(write, b"1")
+            os.write(write, bytes([index]))
             time.sleep(20)
             os._exit(len(held) and 0)
         pids.append(pid)
     os.close(write)
-    got, deadline = 0, time.monotonic() + 8
+    holding, ended, deadline = set(), {}, time.monotonic() + 8
     os.set_blocking(read, False)
-    while time.monotonic() < deadline and got < children:
+    # Until every child holds its memory or has ended (killed before it could): no later write can come.
+    while time.monotonic() < deadline and len(holding | set(ended)) < children:
         try:
-            got += len(os.read(read, 16))
+            holding |= set(os.read(read, 16))
         except BlockingIOError:
+            ended |= {i: s for i, p in enumerate(pids) if i not in ended and (s := os.waitpid(p, os.WNOHANG)) != (0, 0)}
             time.sleep(0.05)
     time.sleep(0.5)
-    alive = sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in pids)  # the kernel may have killed some
-    return {"held": min(got, alive)}
+    # the kernel may have killed some, then or since
+    alive = sum(i not in ended and os.waitpid(p, os.WNOHANG) == (0, 0) for i, p in enumerate(pids))
+    return {"held": min(len(holding), alive)}
 
 
 def outgrow(data, children, mb):

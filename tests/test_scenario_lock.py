@@ -7,6 +7,7 @@ however fast the simulated run is; then the holder is killed with SIGKILL and th
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,8 +33,11 @@ def baton_argv(scenarios: Path, *args: str) -> list[str]:
 
 
 def minimal_env(home: Path) -> dict[str, str]:
-    # No broker and no API key, whatever the developer's shell holds: embedded and simulated.
-    return {"PATH": str(BATON.parent), "HOME": str(home), "COLUMNS": "200"}
+    # No broker and no API key, whatever the developer's shell holds: embedded and simulated. bwrap's folder
+    # stays on PATH: the run's evaluation samples run only in its sandbox.
+    bwrap = shutil.which("bwrap")
+    path = [str(BATON.parent), *([str(Path(bwrap).parent)] if bwrap else [])]
+    return {"PATH": os.pathsep.join(path), "HOME": str(home), "COLUMNS": "200"}
 
 
 def test_no_lock_file_means_nobody_holds_the_scenario(tmp_path: Path) -> None:
