@@ -16,16 +16,7 @@ import hashlib
 import json
 from typing import Any, Iterable
 
-CACHE_CONTROL = "cache_control"
-
-
-def without_cache_control(value: Any) -> Any:
-    """`value` with every `cache_control` key removed, at any depth (a breakpoint is not part of the prefix)."""
-    if isinstance(value, dict):
-        return {k: without_cache_control(v) for k, v in value.items() if k != CACHE_CONTROL}
-    if isinstance(value, list):
-        return [without_cache_control(v) for v in value]
-    return value
+from context.prefix import without_cache_control
 
 
 def canonical(value: Any) -> str:

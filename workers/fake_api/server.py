@@ -103,8 +103,9 @@ class FakeApi:
             raw = _json(body)
             checked = check(raw, self.catalogue, counting_only=True)
             # count_tokens runs the same prefix check, with the same 400 (platform docs, "Token counting")
-            raw, _ = self._bind_thinking(raw, checked.model.id, _betas(headers), count=False)
-            checked = check(raw, self.catalogue, counting_only=True)
+            raw, bound = self._bind_thinking(raw, checked.model.id, _betas(headers), count=False)
+            if bound.dropped:  # the dropped blocks are not counted
+                checked = check(raw, self.catalogue, counting_only=True)
             self.stats.model(checked.model.id)
             return Reply(200, {"input_tokens": checked.input_tokens})
         if (method, path) == ("GET", "/v1/models"):
