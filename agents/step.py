@@ -68,6 +68,7 @@ from agents.tools.base import Tool, ToolContext, parse_envelope, run_tool
 from context.assembly import Assembled, ContextOverflow, StaticPrefix
 from context.compaction_event import CompactionEvent
 from context.form_parts import clip_line
+from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, parse_message
 from context.prefix import bind_reply
 from context.redaction import redact
@@ -314,7 +315,8 @@ def _call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], 
     if not message.tool_uses:
         return _remind(disk, step, base, _note_for(disk, step))
     disk.state.nudges = 0
-    return _finish_tools(disk, agent, disk.records[-1], fault, base)
+    history.append(message)  # the plan's recap reads the history as the log now holds it
+    return _finish_tools(disk, agent, disk.records[-1], fault, base, history)
 
 
 def _request(agent: Agent, assembled: Assembled, static: StaticPrefix, max_tokens: int) -> ModelRequest:
@@ -504,8 +506,9 @@ def _remind(disk: AgentDisk, step: int, base: dict[str, Any], note: str) -> Step
 
 
 def _finish_tools(disk: AgentDisk, agent: Agent, record: LogRecord, fault: Fault,
-                  base: dict[str, Any] | None = None) -> StepOutcome:
-    """Run the tool calls of ``record`` that have no archived result, then persist all results."""
+                  base: dict[str, Any] | None = None, history: History | None = None) -> StepOutcome:
+    """Run the tool calls of ``record`` that have no archived result, then persist all results. ``history``:
+    the step's history up to ``record``, if it has one (else the log is read again for the plan's recap)."""
     base = base or _base(disk, agent)
     uses = parse_message(record.message).tool_uses
     ctx = agent.context(disk.layout.root, record.iteration, disk.state.tool_memory)
@@ -521,22 +524,23 @@ def _finish_tools(disk: AgentDisk, agent: Agent, record: LogRecord, fault: Fault
             handoff = handoff_path_of(block)
         blocks.append(block)
     fault("before_persist_results", record.step)
-    disk.append("results", record.step, record.iteration, Message(role="user", content=blocks))
-    if handoff is None:
-        _recall_plan(disk, agent, record.step, record.iteration)
+    results = Message(role="user", content=blocks)
+    disk.append("results", record.step, record.iteration, results)
     if handoff is not None:
         disk.event(HandoffEvent(step=record.step, iteration=record.iteration, path=handoff))
         return StepOutcome(step=record.step, status="handoff", handoff_path=handoff, **base)
+    if history is not None:
+        history.append(results)
+    _recall_plan(disk, agent, record.step, record.iteration, history if history is not None else disk.history())
     return StepOutcome(step=record.step, status="continue", **base)
 
 
-def _recall_plan(disk: AgentDisk, agent: Agent, step: int, iteration: int) -> None:
+def _recall_plan(disk: AgentDisk, agent: Agent, step: int, iteration: int, history: History) -> None:
     """Bring the agent's plan back into view when it has been out of it for a while: a new message at the end
     of the log (context.todo_recap), so no earlier message ever changes."""
     policy = agent.config.context
     if not policy.todo_recap:
         return
-    history = disk.history()
     event = disk.compaction()
     since = event.in_view(history).kept_from if event else 0
     text = recap_due(history, policy.recap_every_steps, since)
