@@ -1,5 +1,6 @@
-"""Fixtures shared by test files: a private redis-server on a free port (never the machine's own), and
-the example run to its end and exported (the export tests). Under pytest-xdist (the README's ``-n 4
+"""Fixtures shared by test files: a private redis-server on a free port (never the machine's own), the
+example run to its end or to its approval gate (made once per session for every xdist worker,
+tests/shared_runs.py), and its export. Under pytest-xdist (the README's ``-n 4
 --dist worksteal``) each worker starts on its share of the slow tests (the order below)."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.export_support import finished_example
+from tests.export_support import run_example
+from tests.shared_runs import SharedRun, shared_run
 from tests.workers_harness import RedisServer
 
 if sys.dont_write_bytecode and not sys.pycache_prefix:
@@ -24,15 +26,67 @@ if sys.dont_write_bytecode and not sys.pycache_prefix:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker, deal the tests out like cards, slow ones first, into one pile per worker, and lay
-    the piles end to end: worksteal hands each worker one contiguous share, so each begins with its slow
-    tests (whole runs of tens of seconds that would otherwise start last and keep the others waiting) and
-    ends on quick ones that idle workers can steal. Every worker computes the same order, as xdist needs."""
+    """On an xdist worker, lay the tests out as one pile per worker, end to end: worksteal hands each worker
+    one contiguous share of equal count, and idle workers later steal from the ends of the others' shares.
+
+    Each pile begins with its heavy units, largest first, so they start early rather than keep the others
+    waiting at the end: slow tests (whole runs of tens of seconds) and groups, the tests of one
+    ``xdist_group`` kept together so that what they share (a module fixture that starts servers, a
+    library that takes seconds to import) is paid on one worker instead of on each. Quick tests fill
+    the piles to their counts, dealt like cards. Every worker computes the same order, as xdist needs."""
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     if workers < 2:
         return  # a plain run keeps the files' order
-    ordered = sorted(items, key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first
-    items[:] = [item for pile in range(workers) for item in ordered[pile::workers]]
+    piles = deal(items, share_sizes(len(items), workers))
+    items[:] = [item for pile in piles for item in pile]
+
+
+SLOW_WEIGHT, QUICK_WEIGHT, GROUP_WEIGHT = 10, 1, 10  # rough costs: what a group shares is its own weight
+
+
+def share_sizes(count: int, workers: int) -> list[int]:
+    """The counts worksteal's first schedule sends: the pending tests split evenly, the remainder last."""
+    sizes = []
+    for remaining in range(workers, 0, -1):
+        sizes.append((count - sum(sizes)) // remaining)
+    return sizes
+
+
+def deal(items: list[pytest.Item], sizes: list[int]) -> list[list[pytest.Item]]:
+    groups: dict[str, list[pytest.Item]] = {}
+    heavy: list[list[pytest.Item]] = []
+    quick: list[pytest.Item] = []
+    for item in items:
+        group = item.get_closest_marker("xdist_group")
+        if group is not None:
+            name = group.kwargs.get("name", group.args[0] if group.args else "")
+            if name not in groups:
+                groups[name] = []
+                heavy.append(groups[name])
+            groups[name].append(item)
+        elif item.get_closest_marker("slow") is not None:
+            heavy.append([item])
+        else:
+            quick.append(item)
+
+    def weight(unit: list[pytest.Item]) -> int:
+        own = sum(SLOW_WEIGHT if i.get_closest_marker("slow") else QUICK_WEIGHT for i in unit)
+        return own + (GROUP_WEIGHT if unit[0].get_closest_marker("xdist_group") else 0)
+
+    piles: list[list[pytest.Item]] = [[] for _ in sizes]
+    loads = [0] * len(sizes)
+    for unit in sorted(heavy, key=weight, reverse=True):  # longest first, each to the least-loaded pile
+        room = [p for p in range(len(piles)) if len(piles[p]) + len(unit) <= sizes[p]] or range(len(piles))
+        target = min(room, key=lambda p: loads[p])
+        piles[target] += unit
+        loads[target] += weight(unit)
+    pile = 0
+    for item in quick:  # like cards, to the piles with room left
+        while len(piles[pile]) >= sizes[pile] and any(len(piles[p]) < sizes[p] for p in range(len(piles))):
+            pile = (pile + 1) % len(piles)
+        piles[pile].append(item)
+        pile = (pile + 1) % len(piles)
+    return piles
 
 
 @pytest.fixture
@@ -46,9 +100,26 @@ def redis_server(tmp_path) -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
-def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example run to its end offline: iteration 1 at 80%, iteration 2 passing."""
-    return finished_example(tmp_path_factory.mktemp("example"))
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
+    """``baton run refund_desk --auto-approve --profile demo`` on a copy of the example: iteration 1 at 80%,
+    iteration 2 passing. Shared read-only: take a copy (``copy_to``) to work on."""
+    run = shared_run(tmp_path_factory, "finished", lambda folder: run_example(folder, "--auto-approve"))
+    assert run.exit_code == 0, run.output
+    return run
+
+
+@pytest.fixture(scope="session")
+def awaiting_run(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
+    """``baton run refund_desk --profile demo`` without --auto-approve: stopped at the approval gate (exit 3)."""
+    run = shared_run(tmp_path_factory, "awaiting", run_example)
+    assert run.exit_code == 3, run.output
+    return run
+
+
+@pytest.fixture(scope="session")
+def example(finished_run: SharedRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This worker's copy of the finished run (tests here may add to it, as ``baton try`` does)."""
+    return finished_run.copy_to(tmp_path_factory.mktemp("example"))
 
 
 @pytest.fixture(scope="session")

@@ -21,12 +21,12 @@ def baton(folder: Path, *args: str, **env: str):  # noqa: ANN201 - click's Resul
     return CliRunner().invoke(cli, ["--scenarios-dir", str(folder), *args], env=environment)
 
 
-def finished_example(folder: Path) -> Path:
-    """The example run to its end offline (simulated): iteration 2 passes, iteration 1 does not."""
+def run_example(folder: Path, *flags: str) -> tuple[Path, int, str]:
+    """The example copied into ``folder`` and run offline (simulated, demo profile) with ``flags``: its root,
+    the exit code and the output (``tests.shared_runs`` shares such a run across a session)."""
     root = copy_scenario(EXAMPLE, folder / "refund_desk")
-    result = baton(folder, "run", "refund_desk", "--auto-approve", "--profile", "demo")
-    assert result.exit_code == 0, result.output
-    return root
+    result = baton(folder, "run", "refund_desk", "--profile", "demo", *flags)
+    return root, result.exit_code, result.output
 
 
 def runtime_of(export: Path) -> ModuleType:

@@ -10,7 +10,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from scenarios.run import copy_scenario
+from tests.shared_runs import SharedRun
 from workers.cli import cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
@@ -53,21 +53,16 @@ def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Result]]:
-    folder = tmp_path_factory.mktemp("finished")
-    copy_of(EXAMPLE, folder)
-    result = invoke(folder, "run", "refund_desk", "--auto-approve", "--profile", "demo")
-    yield folder / "refund_desk", result
+def finished(finished_run: SharedRun, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SharedRun]:
+    """This module's copy of the session's finished run (tests/conftest.py), and what the run printed."""
+    return finished_run.copy_to(tmp_path_factory.mktemp("finished")), finished_run
 
 
 @pytest.fixture(scope="module")
-def awaiting(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("awaiting")
-    root = copy_of(EXAMPLE, folder)
-    result = invoke(folder, "run", "refund_desk", "--profile", "demo")
-    assert result.exit_code == 3, result.output  # stopped, waiting for approval
-    assert run_json(root)["phase"] == "awaiting_approval"
-    assert "baton approve refund_desk" in result.output
+def awaiting(awaiting_run: SharedRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = awaiting_run.copy_to(tmp_path_factory.mktemp("awaiting"))
+    assert run_json(root)["phase"] == "awaiting_approval"  # stopped, waiting for approval
+    assert "baton approve refund_desk" in awaiting_run.output
     return root
 
 
@@ -98,7 +93,7 @@ def test_new_copies_a_brief(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # a whole simulated run
-def test_new_from_a_run_copies_its_definition_not_its_run(finished: tuple[Path, Result]) -> None:
+def test_new_from_a_run_copies_its_definition_not_its_run(finished: tuple[Path, SharedRun]) -> None:
     root, _ = finished
     (root / "notes.txt").write_text("kept\n")
     try:
@@ -125,7 +120,7 @@ def test_new_refuses_hostile_and_existing_names(tmp_path: Path) -> None:
 # ---- run, approve, reject ---------------------------------------------------------------
 
 
-def test_run_with_auto_approve_finishes(finished: tuple[Path, Result]) -> None:
+def test_run_with_auto_approve_finishes(finished: tuple[Path, SharedRun]) -> None:
     root, result = finished
     assert result.exit_code == 0, result.output
     record = run_json(root)
@@ -173,7 +168,7 @@ def test_a_missed_target_exits_1(tmp_path: Path) -> None:
 # ---- status and context -------------------------------------------------------------------
 
 
-def test_status_of_one_and_of_all(finished: tuple[Path, Result]) -> None:
+def test_status_of_one_and_of_all(finished: tuple[Path, SharedRun]) -> None:
     root, _ = finished
     one = invoke(root.parent, "status", "refund_desk")
     assert one.exit_code == 0, one.output
@@ -183,7 +178,7 @@ def test_status_of_one_and_of_all(finished: tuple[Path, Result]) -> None:
     assert every.exit_code == 0 and "refund_desk" in every.output and "done" in every.output
 
 
-def test_status_reports_torn_log_lines(finished: tuple[Path, Result], tmp_path: Path) -> None:
+def test_status_reports_torn_log_lines(finished: tuple[Path, SharedRun], tmp_path: Path) -> None:
     root = copy_of(finished[0], tmp_path)
     with open(root / "state" / "execute" / "log.jsonl", "a") as fh:
         fh.write('{"seq": 999, "kind": "assis')  # what a crash mid-append leaves
@@ -192,7 +187,7 @@ def test_status_reports_torn_log_lines(finished: tuple[Path, Result], tmp_path: 
     assert "not valid JSON" in result.output
 
 
-def test_status_with_a_corrupted_run_json(finished: tuple[Path, Result], tmp_path: Path) -> None:
+def test_status_with_a_corrupted_run_json(finished: tuple[Path, SharedRun], tmp_path: Path) -> None:
     root = copy_of(finished[0], tmp_path)
     (root / "run.json").write_text('{"phase": ')
     result = invoke(tmp_path, "status", "refund_desk")
@@ -203,7 +198,7 @@ def test_status_with_a_corrupted_run_json(finished: tuple[Path, Result], tmp_pat
     assert overview.exit_code == 0 and "unreadable" in overview.output
 
 
-def test_context_prints_layers_and_writes_a_png(finished: tuple[Path, Result], tmp_path: Path) -> None:
+def test_context_prints_layers_and_writes_a_png(finished: tuple[Path, SharedRun], tmp_path: Path) -> None:
     root = copy_of(finished[0], tmp_path)
     result = invoke(tmp_path, "context", "refund_desk", "--agent", "execute", "--profile", "demo")
     assert result.exit_code == 0, result.output
@@ -329,7 +324,7 @@ def test_help_shows_names_exit_codes_and_choices(tmp_path: Path) -> None:
     assert invoke(tmp_path, "worker", "cook").exit_code == 2
 
 
-def test_scenarios_dir_after_the_command(finished: tuple[Path, Result]) -> None:
+def test_scenarios_dir_after_the_command(finished: tuple[Path, SharedRun]) -> None:
     root, _ = finished
     result = runner.invoke(cli, ["status", "--scenarios-dir", str(root.parent), "refund_desk", "--json"],
                            env={name: None for name in UNSET})
@@ -358,7 +353,7 @@ def test_ctrl_c_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert invoke(tmp_path, "status").exit_code == 130
 
 
-def test_context_json_tells_estimated_from_measured(finished: tuple[Path, Result], tmp_path: Path) -> None:
+def test_context_json_tells_estimated_from_measured(finished: tuple[Path, SharedRun], tmp_path: Path) -> None:
     root, _ = finished
     png = tmp_path / "init.png"
     result = invoke(root.parent, "context", "refund_desk", "--agent", "init", "--profile", "demo", "--json",
@@ -374,7 +369,7 @@ def test_context_json_tells_estimated_from_measured(finished: tuple[Path, Result
     assert set(data["next_request"]["layers"]) >= {"system_and_tools", "verbatim"}
 
 
-def test_piped_tables_do_not_wrap(finished: tuple[Path, Result]) -> None:
+def test_piped_tables_do_not_wrap(finished: tuple[Path, SharedRun]) -> None:
     root, _ = finished
     shown = runner.invoke(cli, ["--scenarios-dir", str(root.parent), "status"], env={name: None for name in UNSET}
                           | {"COLUMNS": None})
@@ -420,7 +415,7 @@ def test_a_malformed_scenario_toml_is_that_scenarios_error_alone(tmp_path: Path)
 
 @pytest.mark.parametrize("columns", [80, 120])
 def test_status_fits_the_terminal_and_never_cuts_a_scenario_its_phase_or_iteration(
-        finished: tuple[Path, Result], awaiting: Path, tmp_path: Path, columns: int) -> None:
+        finished: tuple[Path, SharedRun], awaiting: Path, tmp_path: Path, columns: int) -> None:
     copy_of(finished[0], tmp_path)
     waiting = tmp_path / "customer_support_refunds"
     shutil.copytree(awaiting, waiting)
@@ -442,7 +437,7 @@ def test_status_fits_the_terminal_and_never_cuts_a_scenario_its_phase_or_iterati
 
 
 def test_status_lists_scenarios_line_by_line_when_even_the_essential_columns_do_not_fit(
-        finished: tuple[Path, Result], tmp_path: Path) -> None:
+        finished: tuple[Path, SharedRun], tmp_path: Path) -> None:
     name = "a_scenario_whose_name_alone_takes_most_of_an_eighty_column_window"
     shutil.copytree(finished[0], tmp_path / name)
     shown = invoke(tmp_path, "status", COLUMNS="80")
@@ -584,7 +579,7 @@ def test_read_only_commands_work_on_a_scenario_no_model_can_run_yet(tmp_path: Pa
     assert not (tmp_path / "gift_desk" / "state").exists()  # reading made nothing
 
 
-def test_context_builds_no_model(finished: tuple[Path, Result], tmp_path: Path) -> None:
+def test_context_builds_no_model(finished: tuple[Path, SharedRun], tmp_path: Path) -> None:
     copy_of(finished[0], tmp_path)  # a key, and an API that does not answer: reading needs neither
     shown = invoke(tmp_path, "context", "refund_desk", ANTHROPIC_API_KEY="sk-ant-test",
                    ANTHROPIC_BASE_URL="http://127.0.0.1:9")

@@ -9,6 +9,7 @@ from tests.bench_scripts import load_bench
 from tests.synthetic_trajectories import write_synthetic
 
 BASELINES = ("none", "mask", "mask_1bp", "clear")
+pytestmark = pytest.mark.xdist_group("context_replay")  # one replay of the synthetic runs for the module
 
 
 @pytest.fixture(scope="module")

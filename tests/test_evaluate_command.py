@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import EXAMPLE, copy_of, invoke
+from tests.shared_runs import SharedRun
+from tests.test_cli import invoke
 from tests.test_sandbox_escapes import NO_BWRAP
 
 pytestmark = pytest.mark.skipif(bool(NO_BWRAP), reason=f"needs a working bubblewrap: {NO_BWRAP}")
@@ -24,12 +25,8 @@ def check_hand_fixed(sample, outcome):
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("evaluate")
-    copy_of(EXAMPLE, folder)
-    result = invoke(folder, "run", "refund_desk", "--auto-approve", "--profile", "demo")
-    assert result.exit_code == 0, result.output
-    return folder / "refund_desk"
+def finished(finished_run: SharedRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return finished_run.copy_to(tmp_path_factory.mktemp("evaluate"))
 
 
 @pytest.fixture

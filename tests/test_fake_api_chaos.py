@@ -40,6 +40,7 @@ SCENARIOS = {
     "chaos-bad-json": ({"kind": "invalid_json"}, {"mode": "always"}),
     "chaos-empty": ({"kind": "empty_response"}, {"mode": "always"}),
 }
+pytestmark = pytest.mark.xdist_group("agentbreak")  # the module's double and proxy start on one worker
 
 
 @dataclass

@@ -66,6 +66,7 @@ def test_an_unknown_process_has_no_autogroup_niceness() -> None:
 
 
 @needs_autogroups
+@pytest.mark.slow  # real Celery workers on redis-server
 def test_step_workers_rank_below_the_compaction_worker_across_sessions(tmp_path: Path, redis_server) -> None:
     """Real ``baton worker`` processes, each in its own session as systemd or a container runtime starts
     them: each one's autogroup takes its niceness, so the step workers' groups yield to the compaction's."""

@@ -52,6 +52,7 @@ def test_a_setting_naming_a_retired_model_says_when_it_retired(tmp_path):
     assert asked.get("POST /v1/messages", 0) == 0 and load_run(root).models == {}
 
 
+@pytest.mark.slow  # a real `baton run` process
 def test_baton_run_refuses_a_retired_model_before_its_first_step(tmp_path):
     root = started_example(tmp_path, '\n[agents.init]\nmodel = "claude-opus-4-1"\n')
     (root / "run.json").unlink()  # a fresh scenario: `baton run` starts it
