@@ -145,6 +145,23 @@ def test_an_earlier_export_is_replaced(example: Path, tmp_path: Path) -> None:
     assert not (out / "tools" / "stale.py").exists()
 
 
+@pytest.mark.parametrize(("inside", "task"), [(True, "exported/task.py"), (False, "../exported/task.py")],
+                         ids=["export-below-cwd", "export-beside-cwd"])
+def test_the_next_command_names_the_exported_task_relative_to_the_cwd(
+        example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inside: bool, task: str) -> None:
+    """Inspect cannot glob an absolute task path (its issue 5267): the hint is typed from where the user is.
+    test_export_inspect.py runs it as printed (slow)."""
+    cwd = tmp_path / "here"
+    cwd.mkdir()
+    out = (cwd if inside else tmp_path) / "exported"
+    monkeypatch.chdir(cwd)
+    result = baton(example.parent, "export", "refund_desk", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    (hint,) = [line.removeprefix("next: ") for line in result.output.splitlines() if line.startswith("next: ")]
+    assert hint == f"inspect eval {task} --model <provider/model>"
+    assert (cwd / task).resolve() == (out / "task.py").resolve() and (out / "task.py").is_file()
+
+
 # ---- the exported runtime: tool calls and judging in limited children --------------------
 
 

@@ -6,6 +6,7 @@ with the reason), and unscripted as in the issue's command; `baton try` and what
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -16,16 +17,18 @@ from typing import Any
 
 import pytest
 
-inspect_ai = pytest.importorskip("inspect_ai", reason="Inspect AI is not installed: pip install -e '.[inspect]'")
-pytest.importorskip("quicktok", reason="quicktok-v1 (the offline o200k vocabulary) is not installed: "
-                                       "pip install -e '.[inspect]'")
+from agents.export.runtime.offline_tokens import O200K_SHA256, O200K_URL, provide_o200k
+from agents.export.tryout import eval_export, pass_hat
+from tests.export_support import baton
 
-from inspect_ai.log import read_eval_log  # noqa: E402
-from inspect_ai.model import ChatMessageTool, ChatMessageUser, ModelOutput, get_model  # noqa: E402
-
-from agents.export.runtime.offline_tokens import O200K_SHA256, O200K_URL, provide_o200k  # noqa: E402
-from agents.export.tryout import eval_export, pass_hat  # noqa: E402
-from tests.export_support import baton  # noqa: E402
+# Inspect is imported only by the tests that run it: collecting this module must not cost every
+# xdist worker an import of Inspect (seconds of CPU), and its tests go to one worker (tests/conftest.py).
+for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e '.[inspect]'"),
+                    ("quicktok", "quicktok-v1 (the offline o200k vocabulary) is not installed: "
+                                 "pip install -e '.[inspect]'")):
+    if importlib.util.find_spec(needed) is None:
+        pytest.skip(why, allow_module_level=True)
+pytestmark = pytest.mark.xdist_group("inspect_ai")
 
 Script = dict[str, list[dict[str, Any]]]  # sample instruction -> the calls to make, in order
 
@@ -49,6 +52,7 @@ def samples(export: Path) -> list[dict[str, Any]]:
 
 def scripted(script: Script):  # noqa: ANN201 - mockllm's callable
     """A mock model that makes the sample's calls one per turn, then answers in text."""
+    from inspect_ai.model import ChatMessageTool, ChatMessageUser, ModelOutput, get_model
 
     def reply(messages: list[Any], tools: list[Any], tool_choice: Any, config: Any) -> ModelOutput:
         instruction = next(m for m in messages if isinstance(m, ChatMessageUser)).text
@@ -59,6 +63,12 @@ def scripted(script: Script):  # noqa: ANN201 - mockllm's callable
         return ModelOutput.from_content("mockllm/model", "Done.")
 
     return get_model("mockllm/model", custom_outputs=reply)
+
+
+def read_log(path: Path) -> Any:
+    from inspect_ai.log import read_eval_log
+
+    return read_eval_log(str(path))
 
 
 def scores(log: Any) -> dict[tuple[str, int], Any]:
@@ -114,6 +124,7 @@ def test_bad_arguments_and_a_crashing_tool_reach_the_model_and_every_sample_is_s
     assert len(log.samples) == 10 and all(s.scores for s in log.samples)
 
 
+@pytest.mark.slow  # the inspect CLI in a process of its own: seconds of CPU to import it
 def test_the_issue_s_command_runs_every_sample_offline(example: Path, exported: Path, tmp_path: Path) -> None:
     """`inspect eval export/task.py --model mockllm/model`: the mock calls no tool, so exactly the
     samples whose expected actions change nothing can score."""
@@ -125,7 +136,7 @@ def test_the_issue_s_command_runs_every_sample_offline(example: Path, exported: 
                           cwd=exported.parent, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     (path,) = logs.glob("*.eval")
-    log = read_eval_log(str(path))
+    log = read_log(path)
     assert log.status == "success" and len(log.samples) == 10
     iteration = example / "execution_outputs" / "iteration_2"
     initial = json.loads((iteration / "tools" / "data.json").read_text())
@@ -135,6 +146,7 @@ def test_the_issue_s_command_runs_every_sample_offline(example: Path, exported: 
     assert passed == unchanged and 0 < len(unchanged) < 10
 
 
+@pytest.mark.slow  # `baton export` and the inspect CLI in processes of their own (the hint's text: test_export.py)
 @pytest.mark.parametrize("inside", [True, False], ids=["export-below-cwd", "export-beside-cwd"])
 def test_the_export_s_next_command_runs_as_printed(example: Path, tmp_path: Path, inside: bool) -> None:
     """`baton export` prints `next: inspect eval ...`: typed from where the user is, it runs (this Inspect
@@ -154,7 +166,7 @@ def test_the_export_s_next_command_runs_as_printed(example: Path, tmp_path: Path
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, hint + "\n" + done.stdout + done.stderr
     (path,) = (tmp_path / "logs").glob("*.eval")
-    assert read_eval_log(str(path)).status == "success"
+    assert read_log(path).status == "success"
 
 
 def test_try_an_anthropic_model_without_a_key_says_what_is_missing(example: Path) -> None:
