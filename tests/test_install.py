@@ -110,8 +110,9 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_example_from_an_empty_fold
     (wheel,) = wheels.glob("baton-*.whl")
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
-    # The dependencies come from pip's configured indexes and cache, as for any user.
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], tmp_path, env)
+    # The dependencies come from pip's configured indexes and cache, as for any user. Not compiled ahead: the
+    # runs below compile what they import, and precompiling every dependency was most of this test's CPU.
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", str(wheel)], tmp_path, env)
     baton = str(venv / "bin" / "baton")
     # The prompts ship as baton/prompts, never as a generic top-level `prompts` in site-packages.
     check = ("import agents.prompts as p, sysconfig, pathlib; site = pathlib.Path(sysconfig.get_paths()['purelib']); "
