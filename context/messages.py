@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from context import tokens as raw_counts
 from context.text import clean_text
 
-MessageRole = Literal["user", "assistant"]  # who speaks; the agents' roles are agents.role.Role
+# who speaks; the agents' roles are agents.role.Role. "system": a mid-conversation system message (an instruction
+# from the operator, placed after a user turn: context.protocol, rule 4).
+MessageRole = Literal["user", "assistant", "system"]
 
 
 class _Frozen(BaseModel):

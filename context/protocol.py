@@ -1,9 +1,13 @@
 """The request protocol of the Messages API: validation and repair.
 
-Three rules: (1) the request starts with a user message, roles alternate and no
+Four rules: (1) the request starts with a user message, roles alternate and no
 message is empty; (2) each assistant tool_use is answered by a tool_result in
 the next user message, results first, each once; (3) the estimated input plus
-max_tokens fits the window.
+max_tokens fits the window; (4) a mid-conversation ``system`` message (text only)
+stands right after a user message and is the last message or followed by an
+assistant message, so it is never the first and never next to another one
+(platform docs, "Mid-conversation system messages"). A system message is left out
+when rule 1 checks that roles alternate.
 
 `repair` is written as a fold (`Repairer.push`) so the same code serves two
 uses: repairing a whole recorded log at once, and keeping the repaired view of
@@ -34,18 +38,47 @@ class ProtocolError(ValueError):
         super().__init__(f"message {index}: rule {rule} broken: {detail}")
 
 
+# Rule 4's answers. The first is the API's own wording (seen on a misplaced one); the docs give no text for the
+# others, only "returns a 400 error", so these say the documented rule.
+SYSTEM_AFTER = ("role 'system' must follow a 'user' message or an 'assistant' message ending in a server "
+                "tool result")
+SYSTEM_FIRST = "role 'system' cannot be the first message; put instructions for the whole conversation in `system`"
+SYSTEM_BEFORE = "role 'system' must be the last message or be followed by an 'assistant' message"
+SYSTEM_TWICE = "two 'system' messages in a row; merge them into one message"
+SYSTEM_TEXT = "a 'system' message holds text blocks only"
+
+
+def _system_problems(messages: Sequence[Message], i: int) -> Iterable[ProtocolError]:
+    """Rule 4 for the system message at ``i`` (baton sends no server tools, so only a user turn may precede it)."""
+    if i == 0:
+        yield ProtocolError(i, 4, SYSTEM_FIRST)
+    elif messages[i - 1].role == "system":
+        yield ProtocolError(i, 4, SYSTEM_TWICE)
+    elif messages[i - 1].role != "user":
+        yield ProtocolError(i, 4, SYSTEM_AFTER)
+    if i + 1 < len(messages) and messages[i + 1].role not in ("assistant", "system"):
+        yield ProtocolError(i, 4, SYSTEM_BEFORE)
+    if any(not isinstance(b, TextBlock) for b in messages[i].content):
+        yield ProtocolError(i, 4, SYSTEM_TEXT)
+
+
 def _problems(messages: Sequence[Message], allow_pending: bool) -> Iterable[ProtocolError]:
     if not messages:
         yield ProtocolError(0, 1, "the request has no messages; it must start with a user message")
         return
-    if messages[0].role != "user":
+    if messages[0].role == "assistant":
         yield ProtocolError(0, 1, "the first message must have role 'user'")
     expected: list[str] = []  # tool_use ids the next user message must answer
+    previous = ""  # the role of the last message that was not a system message
     for i, msg in enumerate(messages):
         if not msg.content:
             yield ProtocolError(i, 1, "message has empty content")
-        if i and msg.role == messages[i - 1].role:
+        if msg.role == "system":
+            yield from _system_problems(messages, i)
+            continue
+        if msg.role == previous:
             yield ProtocolError(i, 1, f"two '{msg.role}' messages in a row; roles must alternate")
+        previous = msg.role
         if msg.role == "assistant":
             if expected:
                 yield ProtocolError(i, 2, f"tool_use ids {expected} of message {i - 1} were never answered")
@@ -120,10 +153,17 @@ class Repairer:
     def push(self, msg: Message) -> None:
         if not msg.content:
             return  # an empty message carries nothing and is invalid in a request
-        if msg.role == "user":
+        if msg.role == "system":
+            self._push_system(msg)
+        elif msg.role == "user":
             self._push_user(msg)
         else:
             self._push_assistant(msg)
+
+    def _push_system(self, msg: Message) -> None:
+        # baton's view keeps an instruction as user text in the user message it follows, so the view's steps
+        # and rounds stay user/assistant pairs (the assembler lays them down by those units).
+        self._push_user(Message(role="user", content=[b for b in msg.content if isinstance(b, TextBlock)]))
 
     def _push_user(self, msg: Message) -> None:
         kept, changed = [], False

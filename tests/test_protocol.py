@@ -114,3 +114,20 @@ def test_incremental_history_view_equals_repair_of_the_prefix(log):
     view = history.view
     assert history.step_starts == [i for i, m in enumerate(view) if m.role == "assistant"]
     assert history.tokens() == sum(m.tokens for m in view)
+
+
+def test_a_system_message_in_a_log_joins_the_user_message_it_follows_in_the_view() -> None:
+    """History accepts a logged ``role: "system"`` note; the view keeps it as text of the user message before it
+    (after a user turn) or as a user message of its own (after the agent's reply, where no system message may go)."""
+    from context.history import History
+    from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, assistant, user
+    from context.protocol import validate as check
+
+    note = Message(role="system", content=[TextBlock(text="[baton] recap")])
+    call = assistant(ToolUseBlock(id="t1", name="Read", input={}))
+    history = History([user("task"), call, user(ToolResultBlock(tool_use_id="t1", content="ok")), note,
+                       assistant("done"), note], redact=False)
+    view = history.view
+    assert [m.role for m in view] == ["user", "assistant", "user", "assistant", "user"]
+    assert view[2].content[-1].text == "[baton] recap" and view[4].text == "[baton] recap"
+    check(view)

@@ -35,15 +35,19 @@ class ModelEntry(BaseModel):
     max_tokens: int = Field(gt=0)  # the largest ``max_tokens`` a request may ask for
     deprecated_at: datetime | None = None
     retires_at: datetime | None = None
+    # Takes a mid-conversation ``role: "system"`` message (platform docs, "Mid-conversation system messages";
+    # the 5.5 models' pages). Not a field of ``ModelInfo``: the double knows it, the listing does not say it.
+    system_messages: bool = False
 
     def api(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", exclude={"system_messages"})
 
 
 def _entry(model_id: str, name: str, line: str, created: str, window: int, output: int,
            lifecycle: Lifecycle = "active", deprecated: str | None = None, retires: str | None = None) -> ModelEntry:
     return ModelEntry(id=model_id, display_name=name, line=line, created_at=f"{created}T00:00:00Z",
                       lifecycle=lifecycle, max_input_tokens=window, max_tokens=output,
+                      system_messages=model_id.endswith("-5-5"),
                       deprecated_at=f"{deprecated}T00:00:00Z" if deprecated else None,
                       retires_at=f"{retires}T00:00:00Z" if retires else None)
 

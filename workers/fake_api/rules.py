@@ -7,6 +7,8 @@
 - ``max_tokens`` is at most the model's ``max_tokens``;
 - every message parses (text, image, tool_use, tool_result, thinking blocks) and the tool_use /
   tool_result pairing holds (``context.protocol``, docs/context.md);
+- a ``role: "system"`` message goes only to a model that takes one ("role 'system' is not supported on
+  this model") and only where the docs allow it (``context.protocol``, rule 4);
 - at most 4 ``cache_control`` breakpoints in tools, system and messages together;
 - the input (``counting``) is at most the model's ``max_input_tokens``: else
   "prompt is too long: N tokens > M maximum", which baton turns into a compaction.
@@ -25,6 +27,7 @@ from workers.fake_api.catalogue import Catalogue, ModelEntry
 from workers.fake_api.counting import Piece, markers, pieces
 
 SAMPLING_PARAMETERS = ("temperature", "top_p", "top_k")
+SYSTEM_UNSUPPORTED = "role 'system' is not supported on this model"
 MAX_BREAKPOINTS = 4
 
 
@@ -64,6 +67,10 @@ class CheckedRequest:
     pieces: list[Piece]
 
     @property
+    def system_messages(self) -> int:
+        return sum(1 for m in self.messages if m.role == "system")
+
+    @property
     def input_tokens(self) -> int:
         return sum(p.tokens for p in self.pieces)
 
@@ -84,6 +91,9 @@ def check(raw: Any, catalogue: Catalogue, *, counting_only: bool = False) -> Che
         raise invalid(f"max_tokens: {body.max_tokens} > {model.max_tokens}, which is the maximum allowed "
                       f"number of output tokens for {model.id}")
     messages = _messages(body.messages)
+    if not model.system_messages and any(m.role == "system" for m in messages):
+        first = next(i for i, m in enumerate(messages) if m.role == "system")
+        raise invalid(f"messages.{first}.role: {SYSTEM_UNSUPPORTED}")
     try:
         validate(messages)
     except ProtocolError as err:

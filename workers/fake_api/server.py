@@ -138,6 +138,7 @@ class FakeApi:
                 self.sleep(self.hang_s if fault.hang_s is None else fault.hang_s)
             if fault.fault == "api_error":
                 raise fault.error()
+        self.stats.system(checked.system_messages)
         use = self.cache.account(checked.pieces, cache_settings(raw, checked.model.id))
         message = answer(self.model, checked, betas, use)
         if preserves_thinking(checked.model.id):

@@ -30,6 +30,7 @@ class Stats:
         # Preserved thinking: blocks produced (thinking, redacted), sent back, found valid, dropped (drop_block),
         # and requests refused by the prefix check (400)
         self.thinking: Counter[str] = Counter()
+        self.system_messages = 0  # mid-conversation system messages in the message requests answered
 
     def request(self, endpoint: str) -> None:
         with self._lock:
@@ -46,6 +47,10 @@ class Stats:
             self.tokens.update(counts)
             self.by_purpose.setdefault(purpose, Counter()).update(counts | {"requests": 1})
             self.stop_reasons[stop_reason] += 1
+
+    def system(self, count: int) -> None:
+        with self._lock:
+            self.system_messages += count
 
     def thinking_use(self, **counts: int) -> None:
         with self._lock:
@@ -82,6 +87,7 @@ class Stats:
                 "thinking": {key: self.thinking[key] for key in
                              ("produced", "redacted_produced", "sent_back", "redacted_sent_back", "valid",
                               "dropped", "refused")},
+                "system_messages": self.system_messages,
                 "delay": self._delay_snapshot(),
             }
 
