@@ -275,8 +275,9 @@ def test_refusal_and_context_window_exceeded(server):
 
 
 def test_a_hang_times_the_client_out_and_its_retry_gets_the_answer(server):
-    queue_fault(server.url, fault="hang", hang_s=0.6)
-    response = model(server, max_retries=1).create(init_request(timeout_s=0.2))
+    # The retry's answer gets the same timeout: 0.8 s leaves a loaded machine room to answer it (0.2 s did not).
+    queue_fault(server.url, fault="hang", hang_s=2.0)
+    response = model(server, max_retries=1).create(init_request(timeout_s=0.8))
     assert response.stop_reason == "tool_use"
     # Two requests: the client gave the hung one up after 0.2 s and retried (one that waited the hang out,
     # which then answers, sends only one). No wall-clock bound: the retry's back-off is random and the
