@@ -22,13 +22,15 @@ from agents.export.tryout import eval_export, pass_hat
 from tests.export_support import baton
 
 # Inspect is imported only by the tests that run it: collecting this module must not cost every
-# xdist worker an import of Inspect (seconds of CPU), and its tests go to one worker (tests/conftest.py).
+# xdist worker an import of Inspect (seconds of CPU), and its tests go to two workers (tests/conftest.py).
 for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e '.[inspect]'"),
                     ("quicktok", "quicktok-v1 (the offline o200k vocabulary) is not installed: "
                                  "pip install -e '.[inspect]'")):
     if importlib.util.find_spec(needed) is None:
         pytest.skip(why, allow_module_level=True)
+# Two groups, each kept on one worker: each pays Inspect's import once, and the halves run side by side.
 pytestmark = pytest.mark.xdist_group("inspect_ai")
+SECOND_HALF = pytest.mark.xdist_group("inspect_ai_2")
 
 Script = dict[str, list[dict[str, Any]]]  # sample instruction -> the calls to make, in order
 
@@ -104,6 +106,7 @@ def test_a_wrong_call_scores_0_and_the_explanation_says_why(exported: Path, tmp_
     assert "R2: order O1002 called for refuse, the outcome was refund" in score.explanation
 
 
+@SECOND_HALF
 def test_bad_arguments_and_a_crashing_tool_reach_the_model_and_every_sample_is_still_scored(
         exported: Path, tmp_path: Path) -> None:
     export = tmp_path / "export"
@@ -177,6 +180,7 @@ def test_try_an_anthropic_model_without_a_key_says_what_is_missing(example: Path
     assert "leave out --model" in result.output
 
 
+@SECOND_HALF
 def test_baton_try_writes_the_tryout_and_status_shows_it(example: Path) -> None:
     result = baton(example.parent, "try", "refund_desk", "--epochs", "2")
     assert result.exit_code == 0, result.output
