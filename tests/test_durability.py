@@ -17,6 +17,7 @@ from agents.simulated import SimulatedModel
 from agents.step import run_step
 from scenarios.store import Layout
 from tests.agent_run import agents, copy_example, crash_once_per_step, turn_surviving_crashes
+from tests.shared_runs import shared_run
 from workers.tasks import BadTaskArguments, checked
 
 
@@ -139,15 +140,30 @@ def _timeless(text: str) -> str:
     return re.sub(r'(mtime|duration_s|generated_at)[\\"]*: [^,}\n]*', r"\1", text)
 
 
+def _undisturbed_iteration(folder: Path) -> tuple[Path, int, str]:
+    from tests.agent_run import run_iteration
+
+    plain = copy_example(folder)
+    run_iteration(plain, agents(plain), 1)
+    return plain, 0, ""
+
+
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Iteration 1 of the example with no crash: what every crashed run is compared with (made once per session
+    and read only)."""
+    return shared_run(tmp_path_factory, "undisturbed-iteration-1", _undisturbed_iteration).root
+
+
 @pytest.mark.parametrize("point", ["before_archive:0", "after_tool:0"])
-def test_a_tool_call_cut_short_by_a_crash_runs_again_on_what_it_first_saw(tmp_path: Path, point: str) -> None:
+def test_a_tool_call_cut_short_by_a_crash_runs_again_on_what_it_first_saw(tmp_path: Path, point: str,
+                                                                         undisturbed: Path) -> None:
     """Every step's first tool call crashes once after it changed files but before (or right after) its
     result was archived: the run says and writes exactly what an undisturbed run does (Write still says
     "created", Edit still finds its text, the evaluation counts its runs the same)."""
     from tests.agent_run import run_iteration
 
-    plain, crashed = copy_example(tmp_path / "plain"), copy_example(tmp_path / "crashed")
-    run_iteration(plain, agents(plain), 1)
+    plain, crashed = undisturbed, copy_example(tmp_path / "crashed")
     fault = crash_once_per_step(point)
     run_iteration(crashed, agents(crashed), 1, fault)
     assert len(fault.crashed) > 10
