@@ -251,12 +251,14 @@ class Conversation:
         return found
 
     def last_results(self) -> list[ToolResult]:
-        """(tool name, input, parsed envelope) for the results in the last user message."""
-        if len(self.messages) < 2 or self.messages[-1].role != "user":
+        """(tool name, input, parsed envelope) for the results in the last user message; a system message
+        after it (baton's reminder, context.reminders) is left aside."""
+        messages = self.messages[:-1] if self.messages and self.messages[-1].role == "system" else self.messages
+        if len(messages) < 2 or messages[-1].role != "user":
             return []
-        uses = {u.id: u for u in self.messages[-2].tool_uses} if self.messages[-2].role == "assistant" else {}
+        uses = {u.id: u for u in messages[-2].tool_uses} if messages[-2].role == "assistant" else {}
         out = []
-        for block in self.messages[-1].tool_results:
+        for block in messages[-1].tool_results:
             use = uses.get(block.tool_use_id)
             if use is not None:
                 envelope = parse_envelope(block.text) or {"status": "error", "error": block.text[:300]}

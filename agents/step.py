@@ -72,6 +72,7 @@ from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, parse_message
 from context.prefix import bind_reply
 from context.redaction import redact
+from context.reminders import reminder
 from context.todo_recap import recap_due
 from scenarios.journal import Journal
 from scenarios.lease import LeaseLost
@@ -170,8 +171,9 @@ def _step(disk: AgentDisk, agent: Agent, step: int | None, fault: Fault) -> Step
 
 def _note_conventions(disk: AgentDisk, step: int) -> None:
     """Fix the conventions the system prompt carries at the agent's first step; when they change later,
-    tell the agent in a new message at the end of its log. The system prompt never changes within a
-    conversation: the thinking Claude wrote is signed over it, and the whole cached prefix hangs on it."""
+    tell the agent in a new message at the end of its log (a reminder, context.reminders: a system message
+    on a model that takes one). The system prompt never changes within a conversation: the thinking
+    Claude wrote is signed over it, and the whole cached prefix hangs on it."""
     current = conventions_for(disk.layout.root)
     seen, now = disk.state.conventions, current.fingerprint or "none"
     if disk.state.system_conventions is None:  # the first step: the system prompt takes them as they are
@@ -181,8 +183,8 @@ def _note_conventions(disk: AgentDisk, step: int) -> None:
     else:
         change = "removed" if now == "none" else f"now from {current.sources}"
         text = current.text or "There are no team conventions any more: the earlier ones no longer apply."
-        disk.append("note", step - 1, disk.iteration(), Message(role="user", content=[TextBlock(
-            text=f"{CONVENTIONS_CHANGED}\n\n{text}")]))
+        disk.append("note", step - 1, disk.iteration(), Message(role="user", content=[reminder(
+            f"{CONVENTIONS_CHANGED}\n\n{text}")]))
         disk.event(WarningEvent(after_step=step - 1, reason=(
             f"the conventions changed ({change}): the agent was told in a new message at the end of its log "
             "(the system prompt stays as it was, so the cache and the thinking before it stay valid)")))
@@ -537,7 +539,8 @@ def _finish_tools(disk: AgentDisk, agent: Agent, record: LogRecord, fault: Fault
 
 def _recall_plan(disk: AgentDisk, agent: Agent, step: int, iteration: int, history: History) -> None:
     """Bring the agent's plan back into view when it has been out of it for a while: a new message at the end
-    of the log (context.todo_recap), so no earlier message ever changes."""
+    of the log (context.todo_recap), so no earlier message ever changes. A reminder (context.reminders): a
+    system message on a model that takes one."""
     policy = agent.config.context
     if not policy.todo_recap:
         return
@@ -545,7 +548,7 @@ def _recall_plan(disk: AgentDisk, agent: Agent, step: int, iteration: int, histo
     since = event.in_view(history).kept_from if event else 0
     text = recap_due(history, policy.recap_every_steps, since)
     if text is not None:
-        disk.append("note", step, iteration, Message(role="user", content=[TextBlock(text=text)]))
+        disk.append("note", step, iteration, Message(role="user", content=[reminder(text)]))
 
 
 def _tool_result(disk: AgentDisk, tools: dict[str, Tool], ctx: ToolContext, use: ToolUseBlock, fault: Fault,

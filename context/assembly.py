@@ -42,6 +42,7 @@ from context.history import NOTE_PREFIX, History, own_text
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from context.policy import Policy
 from context.prefix import PrefixChain, static_digest
+from context.reminders import split_reminders, takes_system_messages
 from context.strategies import COMPACTORS, COMPRESSORS, instantiate
 from context.text import head_tail
 from context.tokens import count_text
@@ -144,10 +145,13 @@ class Assembled:
 
         The prefix order is tools, system, messages, so a breakpoint on the system
         prompt caches the tools too; the tool list gets its own only when there is
-        no system prompt. That leaves three for messages (see `Assembled.breakpoints`).
+        no system prompt. That leaves three for messages (see `Assembled.breakpoints`). baton's reminders
+        go out as system messages when `model` takes them (``context.reminders``).
         """
         marks = set(self.breakpoints)
         messages = [with_cache_control(m) if i in marks else m.api for i, m in enumerate(self.messages)]
+        if takes_system_messages(model):
+            messages = split_reminders(self.messages, messages)
         return request_body(static, messages, model=model, max_tokens=max_tokens) | self.request_fields | extra
 
 

@@ -31,6 +31,7 @@ from context.compression import archive_ref
 from context.history import History
 from context.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from context.redaction import redact_value
+from context.reminders import split_reminders, takes_system_messages
 from context.summary_cap import cap_tokens, condense_note, enforce
 
 SUMMARY_TAG = re.compile(r"<compact_summary>(.*?)</compact_summary>", re.DOTALL)
@@ -274,15 +275,18 @@ class SummaryRequest(Sequence[Message]):
                     Message(role="user", content=[*results, TextBlock(text=NO_TOOLS)]))
         return replace(self, followups=self.followups + exchange)
 
-    def api_messages(self) -> list[dict[str, Any]]:
-        """The messages in request form, cache_control on the breakpoints' blocks. Merging the prompt
-        only appends a block, so a breakpoint stays on the block the step request had it on."""
+    def api_messages(self, model: str) -> list[dict[str, Any]]:
+        """The messages in request form for `model`, cache_control on the breakpoints' blocks. Merging the
+        prompt only appends a block, so a breakpoint stays on the block the step request had it on, and
+        baton's reminders go out as the step requests sent them (``context.reminders``); the ones the prompt
+        now follows are user text, as a system message may not come before it."""
         marks = {i: len(self.context[i].content) - 1 for i in self.breakpoints}
-        return [with_cache_control(m, marks[i]) if i in marks else m.api for i, m in enumerate(self.messages)]
+        forms = [with_cache_control(m, marks[i]) if i in marks else m.api for i, m in enumerate(self.messages)]
+        return split_reminders(self.messages, forms) if takes_system_messages(model) else forms
 
     def to_request(self, static: StaticPrefix, *, model: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
         """The Messages API body: at most 4 breakpoints, one for the static prefix and 3 on messages."""
-        return request_body(static, self.api_messages(), model=model, max_tokens=max_tokens) | extra
+        return request_body(static, self.api_messages(model), model=model, max_tokens=max_tokens) | extra
 
 
 def summary_breakpoints(assembled: Assembled) -> tuple[int, ...]:

@@ -37,15 +37,30 @@ class _Counted(_Frozen):
     @cached_property
     def digest(self) -> str:
         """sha256 of the block's request form (``prefix`` and cache_control are never part of it)."""
-        body = json.dumps(self.model_dump(exclude_none=True), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(body.encode()).hexdigest()[:32]
+        return _digest(self.model_dump(exclude_none=True))
+
+
+def _digest(body: dict[str, Any]) -> str:
+    text = json.dumps(body, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class TextBlock(_Counted):
     type: Literal["text"] = "text"
     text: str
+    # baton's own reminder to the agent (the plan's recap, a change of conventions): stored in the log, never
+    # sent as a field; it decides how the text goes out (``context.reminders``: a mid-conversation system
+    # message on a model that takes one, user text otherwise).
+    reminder: bool = Field(False, exclude=True)
 
     _clean = field_validator("text", mode="before")(lambda cls, v: clean_text(v))
+
+    @cached_property
+    def digest(self) -> str:
+        """As for any block; a reminder's also says it is one, since it may go out as a system message: the
+        prefix chain (``context.prefix``) then tells it from the same text sent as user text."""
+        body = self.model_dump(exclude_none=True)
+        return _digest({**body, "reminder": True} if self.reminder else body)
 
 
 class ImageBlock(_Counted):
@@ -223,7 +238,10 @@ class Message(_Frozen):
 
 
 def _stamp(block: Any) -> dict[str, Any]:
-    """What the log keeps of a signed block besides its request form: its prefix stamp, whether it is withheld."""
+    """What the log keeps of a block besides its request form: a signed block's prefix stamp and whether it
+    is withheld, a text block's reminder flag."""
+    if isinstance(block, TextBlock):
+        return {"reminder": True} if block.reminder else {}
     if not is_signed(block):
         return {}
     return {k: v for k, v in (("prefix", block.prefix), ("withheld", getattr(block, "withheld", False))) if v}

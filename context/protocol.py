@@ -162,8 +162,10 @@ class Repairer:
 
     def _push_system(self, msg: Message) -> None:
         # baton's view keeps an instruction as user text in the user message it follows, so the view's steps
-        # and rounds stay user/assistant pairs (the assembler lays them down by those units).
-        self._push_user(Message(role="user", content=[b for b in msg.content if isinstance(b, TextBlock)]))
+        # and rounds stay user/assistant pairs (the assembler lays them down by those units); flagged as a
+        # reminder, it goes out as a system message again where one may go (context.reminders).
+        texts = [TextBlock(text=b.text, reminder=True) for b in msg.content if isinstance(b, TextBlock)]
+        self._push_user(Message(role="user", content=texts))
 
     def _push_user(self, msg: Message) -> None:
         kept, changed = [], False

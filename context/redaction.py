@@ -653,7 +653,7 @@ def _redact_block(block: Any) -> Any:
     # carry the cached token count of the old text over to the new one.
     if isinstance(block, TextBlock):
         text = redact(block.text)
-        return block if text is block.text else TextBlock(text=text)
+        return block if text is block.text else TextBlock(text=text, reminder=block.reminder)
     if isinstance(block, ThinkingBlock):
         # Signed over its text: an edited block is refused by the API whatever the setting. A clean one is
         # kept exactly; one whose text holds a secret is kept redacted and marked withheld, so it is never

@@ -48,6 +48,9 @@ def test_a_run_reaches_done_through_the_double(tmp_path, double):
     seen = stats(double.url)
     assert seen["requests"]["GET /v1/models"] >= 1 and seen["requests"]["POST /v1/messages"] > 20
     assert seen["errors"] == {} and seen["faults"] == {}
+    # baton's reminders (the plan's recap) went out as mid-conversation system messages, which both 5.5 models
+    # take; thinking_figures below checks that none broke the thinking prefix (no 400, no unplanned break).
+    assert seen["system_messages"] > 0
     assert seen["tokens"]["cache_read"] > seen["tokens"]["cache_write"] > 0  # the prefix is reused step after step
     # Every agent compacted, and the summaries read what they summarise from the steps' cache.
     for role in ("init", "execute"):
@@ -62,7 +65,7 @@ def test_a_run_reaches_done_through_the_double(tmp_path, double):
     # Thinking bound to its prefix (issue 22): signed by the double, sent back only while valid.
     figures = thinking_figures(seen, tmp_path / "refund_desk")
     assert figures["summary_input_from_cache"] > 0.7, figures
-    print("thinking through the double, embedded:", figures)
+    print("thinking through the double, embedded:", figures, "system messages:", seen["system_messages"])
     log = (tmp_path / "refund_desk" / "state" / "init" / "log.jsonl").read_text()
     assert "[simulated]" in log  # the double's answers still say who wrote them
     everything = done.stdout + done.stderr + "".join(

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from context.reminders import takes_system_messages
+
 Lifecycle = Literal["active", "deprecated", "retired"]
 LISTED_BY_DEFAULT: tuple[Lifecycle, ...] = ("active", "deprecated")
 DEFAULT_PAGE, MAX_PAGE = 20, 1000
@@ -35,19 +37,22 @@ class ModelEntry(BaseModel):
     max_tokens: int = Field(gt=0)  # the largest ``max_tokens`` a request may ask for
     deprecated_at: datetime | None = None
     retires_at: datetime | None = None
-    # Takes a mid-conversation ``role: "system"`` message (platform docs, "Mid-conversation system messages";
-    # the 5.5 models' pages). Not a field of ``ModelInfo``: the double knows it, the listing does not say it.
-    system_messages: bool = False
+
+    @property
+    def system_messages(self) -> bool:
+        """Takes a mid-conversation ``role: "system"`` message (platform docs, "Mid-conversation system
+        messages"). Not a field of ``ModelInfo``: the listing does not say it. Decided by the id with baton's
+        own function, so the double and baton's requests cannot disagree."""
+        return takes_system_messages(self.id)
 
     def api(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude={"system_messages"})
+        return self.model_dump(mode="json")
 
 
 def _entry(model_id: str, name: str, line: str, created: str, window: int, output: int,
            lifecycle: Lifecycle = "active", deprecated: str | None = None, retires: str | None = None) -> ModelEntry:
     return ModelEntry(id=model_id, display_name=name, line=line, created_at=f"{created}T00:00:00Z",
                       lifecycle=lifecycle, max_input_tokens=window, max_tokens=output,
-                      system_messages=model_id.endswith("-5-5"),
                       deprecated_at=f"{deprecated}T00:00:00Z" if deprecated else None,
                       retires_at=f"{retires}T00:00:00Z" if retires else None)
 
