@@ -40,6 +40,7 @@ the shape pass repeats when a replacement left a token standing alone.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -482,10 +483,11 @@ def _is_given(value: str) -> bool:
 def _redact_command_passwords(text: str) -> str:
     spans: list[tuple[int, int, str]] = []
     for command, flag in _COMMANDS:
+        curl = command is _COMMANDS[-1][0]
         for found in command.finditer(text):
             for value in flag.finditer(text, found.start("args"), found.end("args")):
-                start, end = next(value.span(g) for g in ("sq", "dq", "uv") if value.start(g) >= 0)
-                if command is _COMMANDS[-1][0]:  # curl -u USER:PASS
+                start, end = value.span(value.lastgroup)  # the one of sq, dq and uv that matched
+                if curl:  # curl -u USER:PASS
                     colon = text.find(":", start, end)
                     start = colon + 1 if colon >= 0 else end
                 if _is_given(text[start:end]):
@@ -531,6 +533,9 @@ _PLAIN_WORDS = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)*")
 _INNER_UPPER = re.compile(r"[a-z][A-Z]")
 
 
+# A pure judgement of a short string (at most 256 characters): a text that repeats one phrase ("password is
+# x" in a loop, a log) asks about the same value again and again.
+@functools.lru_cache(maxsize=1024)
 def _prose_value_is_secret(value: str, quoted: bool) -> bool:
     """True if ``value``, said to be a password in prose, looks like one rather than like a word."""
     lowered = value.lower()
