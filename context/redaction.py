@@ -601,6 +601,13 @@ def _redact_names(text: str) -> str:
 # --- public API -------------------------------------------------------------
 
 
+# Short texts come back again and again: a summary carries its key paths and recent results into the next
+# one, events and traces repeat their fields, tool inputs repeat paths. Their redactions are remembered by
+# value (redaction is a pure function of the text), at most _MEMO_ENTRIES texts of at most _MEMO_CHARS.
+_MEMO_CHARS = 2048
+_MEMO_ENTRIES = 4096
+
+
 def redact(text: str) -> str:
     """Return ``text`` with secret-looking values replaced by ``<REDACTED>``.
 
@@ -609,6 +616,20 @@ def redact(text: str) -> str:
     """
     if not text:
         return text
+    if len(text) > _MEMO_CHARS:
+        return _redact(text)
+    redacted = _redact_short(text)
+    return text if redacted is None else redacted
+
+
+@functools.lru_cache(maxsize=_MEMO_ENTRIES)
+def _redact_short(text: str) -> str | None:
+    """``redact`` of a short text, or None when it is clean (the caller then returns its own object)."""
+    redacted = _redact(text)
+    return None if redacted is text else redacted
+
+
+def _redact(text: str) -> str:
     for _ in range(3):
         before = text
         for pattern, repl in _SHAPES:
