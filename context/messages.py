@@ -232,6 +232,12 @@ class Message(_Frozen):
         return sum(1 for b in self.content if is_signed(b))
 
     @cached_property
+    def chain_ends(self) -> dict[str, str]:
+        """``context.prefix``'s memo for this message: the chain digest after it, by the digest before it
+        (assembly sends the same messages after the same prefix call after call)."""
+        return {}
+
+    @cached_property
     def canonical(self) -> str:
         """Deterministic serialisation: equal strings mean byte-identical request content."""
         return json.dumps(self.api, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

@@ -82,12 +82,10 @@ class PrefixChain:
 
     def admit(self, message: Message) -> Message:
         """``message`` as it may be sent: signed blocks whose prefix changed (or with a secret) left out."""
-        digest = _link(self.digest, "message:" + message.role)
         if not message.signed_blocks:
-            for block in message.content:
-                digest = _link(digest, block.digest)
-            self._close(digest)
+            self._close(_end_after(self.digest, message))
             return message
+        digest = _link(self.digest, "message:" + message.role)
         kept = []
         for block in message.content:
             if is_signed(block):
@@ -112,6 +110,23 @@ class PrefixChain:
     def _close(self, digest: str) -> None:
         self.digest = digest
         self.ends.append(digest)
+
+
+_ENDS_PER_MESSAGE = 8  # the prefixes one message is sent after: a few between compactions
+
+
+def _end_after(digest: str, message: Message) -> str:
+    """The chain digest after a message without signed blocks (sent whole), given the digest before it."""
+    ends = message.chain_ends
+    end = ends.get(digest)
+    if end is None:
+        end = _link(digest, "message:" + message.role)
+        for block in message.content:
+            end = _link(end, block.digest)
+        if len(ends) >= _ENDS_PER_MESSAGE:
+            ends.clear()
+        ends[digest] = end
+    return end
 
 
 def bind_reply(chain_digest: str, reply: Message) -> tuple[Message, str]:

@@ -40,6 +40,7 @@ the shape pass repeats when a replacement left a token standing alone.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -482,10 +483,11 @@ def _is_given(value: str) -> bool:
 def _redact_command_passwords(text: str) -> str:
     spans: list[tuple[int, int, str]] = []
     for command, flag in _COMMANDS:
+        curl = command is _COMMANDS[-1][0]
         for found in command.finditer(text):
             for value in flag.finditer(text, found.start("args"), found.end("args")):
-                start, end = next(value.span(g) for g in ("sq", "dq", "uv") if value.start(g) >= 0)
-                if command is _COMMANDS[-1][0]:  # curl -u USER:PASS
+                start, end = value.span(value.lastgroup)  # the one of sq, dq and uv that matched
+                if curl:  # curl -u USER:PASS
                     colon = text.find(":", start, end)
                     start = colon + 1 if colon >= 0 else end
                 if _is_given(text[start:end]):
@@ -531,6 +533,9 @@ _PLAIN_WORDS = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)*")
 _INNER_UPPER = re.compile(r"[a-z][A-Z]")
 
 
+# A pure judgement of a short string (at most 256 characters): a text that repeats one phrase ("password is
+# x" in a loop, a log) asks about the same value again and again.
+@functools.lru_cache(maxsize=1024)
 def _prose_value_is_secret(value: str, quoted: bool) -> bool:
     """True if ``value``, said to be a password in prose, looks like one rather than like a word."""
     lowered = value.lower()
@@ -596,6 +601,13 @@ def _redact_names(text: str) -> str:
 # --- public API -------------------------------------------------------------
 
 
+# Short texts come back again and again: a summary carries its key paths and recent results into the next
+# one, events and traces repeat their fields, tool inputs repeat paths. Their redactions are remembered by
+# value (redaction is a pure function of the text), at most _MEMO_ENTRIES texts of at most _MEMO_CHARS.
+_MEMO_CHARS = 2048
+_MEMO_ENTRIES = 4096
+
+
 def redact(text: str) -> str:
     """Return ``text`` with secret-looking values replaced by ``<REDACTED>``.
 
@@ -604,6 +616,20 @@ def redact(text: str) -> str:
     """
     if not text:
         return text
+    if len(text) > _MEMO_CHARS:
+        return _redact(text)
+    redacted = _redact_short(text)
+    return text if redacted is None else redacted
+
+
+@functools.lru_cache(maxsize=_MEMO_ENTRIES)
+def _redact_short(text: str) -> str | None:
+    """``redact`` of a short text, or None when it is clean (the caller then returns its own object)."""
+    redacted = _redact(text)
+    return None if redacted is text else redacted
+
+
+def _redact(text: str) -> str:
     for _ in range(3):
         before = text
         for pattern, repl in _SHAPES:

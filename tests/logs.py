@@ -27,6 +27,15 @@ def trajectory_messages(run: dict) -> list[Message]:
 
 
 words = st.text(alphabet="abcdefghij klmnop/._-0123456789\n", min_size=1, max_size=60)
+# messy_log's building blocks, built once: a strategy made afresh inside every draw is validated and
+# inspected again each time, which cost more CPU than drawing the log itself (the draws are the same).
+_KINDS = st.sampled_from(["round", "step", "step", "step", "step", "orphan", "dup_user", "dup_assistant", "empty"])
+_TOOL_NAMES = st.sampled_from(TOOLS)
+_ROLES = st.sampled_from(["user", "assistant"])
+_CALLS = st.integers(0, 3)
+_ANSWERED = st.integers(0, 9)
+_REPEATS = st.integers(1, 30)
+_FLIP = st.booleans()
 
 
 @st.composite
@@ -36,33 +45,31 @@ def messy_log(draw, max_events: int = 40) -> list[Message]:
     msgs: list[Message] = []
     counter = 0
     for _ in range(draw(st.integers(1, max_events))):
-        kind = draw(
-            st.sampled_from(["round", "step", "step", "step", "step", "orphan", "dup_user", "dup_assistant", "empty"])
-        )
+        kind = draw(_KINDS)
         if kind == "round":
             msgs.append(Message(role="user", content=[TextBlock(text=draw(words))]))
         elif kind == "step":
-            n_calls = draw(st.integers(0, 3))
+            n_calls = draw(_CALLS)
             uses = []
             for _ in range(n_calls):
                 counter += 1
-                name = draw(st.sampled_from(TOOLS))
+                name = draw(_TOOL_NAMES)
                 uses.append(
                     ToolUseBlock(
                         id=f"toolu_{counter:05d}", name=name, input={"path": f"src/f{counter}.py", "command": "ls"}
                     )
                 )
-            text = [TextBlock(text=draw(words))] if draw(st.booleans()) or not uses else []
+            text = [TextBlock(text=draw(words))] if draw(_FLIP) or not uses else []
             msgs.append(Message(role="assistant", content=text + uses))
-            answered = [u for u in uses if draw(st.integers(0, 9)) > 0]  # ~10% interrupted
+            answered = [u for u in uses if draw(_ANSWERED) > 0]  # ~10% interrupted
             if answered:
                 results = [
                     ToolResultBlock(
-                        tool_use_id=u.id, content=draw(words) * draw(st.integers(1, 30)), is_error=draw(st.booleans())
+                        tool_use_id=u.id, content=draw(words) * draw(_REPEATS), is_error=draw(_FLIP)
                     )
                     for u in answered
                 ]
-                if draw(st.booleans()):
+                if draw(_FLIP):
                     results.reverse()
                 msgs.append(Message(role="user", content=results))
         elif kind == "orphan":
@@ -72,5 +79,5 @@ def messy_log(draw, max_events: int = 40) -> list[Message]:
         elif kind == "dup_assistant":
             msgs.append(Message(role="assistant", content=[TextBlock(text="note " + draw(words))]))
         else:
-            msgs.append(Message(role=draw(st.sampled_from(["user", "assistant"])), content=[]))
+            msgs.append(Message(role=draw(_ROLES), content=[]))
     return msgs

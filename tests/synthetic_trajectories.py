@@ -88,10 +88,12 @@ def tau_bench(rng: random.Random, index: int, turns: int = 9) -> dict[str, Any]:
 SHAPES = {"claude-code": claude_code, "mini-swe-agent": mini_swe_agent, "tau-bench-airline": tau_bench}
 
 
-def write_synthetic(folder: Path, runs: int = 3, seed: int = 7) -> Path:
-    """``<shape>.jsonl.gz`` files of ``runs`` runs each in ``folder``; returns the folder."""
+def write_synthetic(folder: Path, runs: int = 3, seed: int = 7, shapes: tuple[str, ...] = tuple(SHAPES)) -> Path:
+    """``<shape>.jsonl.gz`` files of ``runs`` runs each in ``folder`` (every shape, or those named: each has
+    its own random stream, so a shape's runs are the same either way); returns the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, make in SHAPES.items():
+    for name in shapes:
+        make = SHAPES[name]
         rng = random.Random(f"{seed}-{name}")
         with gzip.open(folder / f"{name}.jsonl.gz", "wt", encoding="utf-8") as fh:
             for index in range(runs):

@@ -129,6 +129,18 @@ def test_the_stored_form_keeps_the_stamp_and_the_request_form_never_sends_it() -
     assert parse_message(stamped.stored).content[0].prefix == stamped.content[0].prefix
 
 
+def test_a_message_sent_after_different_prefixes_links_to_each_of_them() -> None:
+    # The digest after a message is remembered on it, by the digest before it (Message.chain_ends).
+    message, ends = results(1), []
+    for start in ("a" * 32, "b" * 32, "a" * 32):
+        chain = PrefixChain(start)
+        assert chain.admit(message) is message
+        ends.append(chain.digest)
+    fresh = PrefixChain("a" * 32)
+    fresh.admit(results(1))  # an equal message, never admitted before
+    assert ends[0] == ends[2] == fresh.digest != ends[1]
+
+
 # ---- the rule, against a reference that compares whole prefixes -------------------------------------
 
 

@@ -273,6 +273,13 @@ def test_fifty_megabytes() -> None:
     assert out.count(R) == len(planted) + big.count(R)
 
 
+def test_a_clean_text_comes_back_as_the_callers_own_object_when_an_equal_one_was_redacted_before() -> None:
+    first, second = "".join(["a plain ", "line"]), "".join(["a plain ", "line"])
+    assert first is not second and redact(first) is first and redact(second) is second
+    secret, again = "".join(["key ", ANTHROPIC]), "".join(["key ", ANTHROPIC])
+    assert redact(secret) == redact(again) == f"key {R}"
+
+
 FRAGMENTS = [text for text, _ in SECRETS] + NEAR_MISSES + [
     ANTHROPIC, OPENAI, GHP, GH_PAT, SLACK, AWS_ID, JWT, PEM, "password", "token", "Bearer", "-", "--", "=", ":",
     '"', "'", "\\", "\n", " ", R, "sk-", "AKIA", "://", "@", "-----BEGIN PRIVATE KEY-----", "İ",

@@ -4,6 +4,7 @@ cycles (read from the source with ast, nothing is imported), and ruff is clean."
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -50,6 +51,7 @@ def _imports(path: Path, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache  # both tests read the same sources: parse them once
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
     return {name: _imports(path, set(modules)) - {name} for name, path in modules.items()}

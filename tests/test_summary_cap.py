@@ -5,7 +5,6 @@ stay under the cap; key_paths survive every one of them; without the cap the sum
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -67,10 +66,12 @@ def compact_repeatedly(messages: list[Message], policy: Policy, model: Accreting
     return events
 
 
-def long_run(folder: Path) -> list[Message]:
-    """The synthetic Claude Code runs back to back: one long session of the recorded format."""
-    runs = load_trajectories("claude-code", write_synthetic(folder, runs=8))
-    return [m for run in runs for m in trajectory_messages(run)]
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory) -> list[Message]:
+    """The synthetic Claude Code runs back to back: one long session of the recorded format. Made once per
+    module: messages are frozen, and each test replays them into its own history."""
+    folder = write_synthetic(tmp_path_factory.mktemp("runs"), runs=8, shapes=("claude-code",))
+    return [m for run in load_trajectories("claude-code", folder) for m in trajectory_messages(run)]
 
 
 POLICY = Policy(window=60_000, threshold=12_000, keep_last_steps=3, batch=2, max_tokens=2_000, start_tokens=0)
@@ -84,9 +85,9 @@ def check_bounded(events: list, cap: int) -> None:
 
 
 @pytest.mark.parametrize("obliging", [True, False], ids=["condenses-when-asked", "ignores-the-ask"])
-def test_twenty_compactions_stay_under_the_cap(tmp_path: Path, obliging: bool) -> None:
+def test_twenty_compactions_stay_under_the_cap(long_run: list[Message], obliging: bool) -> None:
     model = AccretingModel(obliging)
-    events = compact_repeatedly(long_run(tmp_path), POLICY, model)
+    events = compact_repeatedly(long_run, POLICY, model)
     cap = cap_tokens(POLICY.summary_cap_share, POLICY.threshold)
     check_bounded(events, cap)
     assert model.asked > 0 and any(e.condensed for e in events)
@@ -94,8 +95,8 @@ def test_twenty_compactions_stay_under_the_cap(tmp_path: Path, obliging: bool) -
         assert all(e.condensed in (None, "asked") for e in events)
 
 
-def test_without_the_cap_the_summary_grows_past_it(tmp_path: Path) -> None:
-    events = compact_repeatedly(long_run(tmp_path), POLICY.model_copy(update={"summary_cap_share": 0.0}),
+def test_without_the_cap_the_summary_grows_past_it(long_run: list[Message]) -> None:
+    events = compact_repeatedly(long_run, POLICY.model_copy(update={"summary_cap_share": 0.0}),
                                 AccretingModel(obliging=True))
     cap = cap_tokens(Policy().summary_cap_share, POLICY.threshold)
     assert summary_tokens(events[-1].summary) > 2 * cap

@@ -61,7 +61,7 @@ def replay(name: str, folder: Path) -> tuple[int, int]:
 
 @pytest.mark.parametrize("name", sorted(SCALED))
 def test_every_step_of_synthetic_runs_assembles_valid_requests(name, tmp_path):
-    requests, compactions = replay(name, write_synthetic(tmp_path))
+    requests, compactions = replay(name, write_synthetic(tmp_path, shapes=(name,)))
     assert requests > 20 and compactions > 0
 
 
