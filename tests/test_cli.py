@@ -503,6 +503,7 @@ def test_resume_rebuild_infers_the_run_json_the_run_had(request: pytest.FixtureR
     assert kept.read_text() == '{"phase": "desig'  # the broken file is kept beside it
 
 
+@pytest.mark.slow  # whole simulated runs
 def test_a_run_whose_run_json_broke_goes_on_after_rebuild(tmp_path: Path) -> None:
     root = copy_of(EXAMPLE, tmp_path)
     stopped = invoke(tmp_path, "run", "refund_desk", "--profile", "demo", BATON_MAX_STEPS_PER_TURN="2")

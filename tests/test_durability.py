@@ -155,6 +155,7 @@ def undisturbed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return shared_run(tmp_path_factory, "undisturbed-iteration-1", _undisturbed_iteration).root
 
 
+@pytest.mark.slow  # whole simulated iterations, crashed at every step
 @pytest.mark.parametrize("point", ["before_archive:0", "after_tool:0"])
 def test_a_tool_call_cut_short_by_a_crash_runs_again_on_what_it_first_saw(tmp_path: Path, point: str,
                                                                          undisturbed: Path) -> None:

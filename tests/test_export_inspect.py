@@ -31,6 +31,7 @@ for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e 
 # Two groups, each kept on one worker: each pays Inspect's import once, and the halves run side by side.
 pytestmark = pytest.mark.xdist_group("inspect_ai")
 SECOND_HALF = pytest.mark.xdist_group("inspect_ai_2")
+WHOLE_EVAL = pytest.mark.slow  # a whole run of the exported task by Inspect: 10 or 20 samples, seconds of CPU
 
 Script = dict[str, list[dict[str, Any]]]  # sample instruction -> the calls to make, in order
 
@@ -77,6 +78,7 @@ def scores(log: Any) -> dict[tuple[str, int], Any]:
     return {(str(s.id), s.epoch): next(iter(s.scores.values())) for s in log.samples}
 
 
+@WHOLE_EVAL
 def test_the_expected_calls_score_1_on_every_sample_in_every_epoch(exported: Path, tmp_path: Path) -> None:
     # Each sample's own calls, with the agent's own words for free text: a second epoch would
     # fail (already refunded...) if a sample's data leaked into the next one.
@@ -92,6 +94,7 @@ def test_the_expected_calls_score_1_on_every_sample_in_every_epoch(exported: Pat
     assert system.role == "system" and "R8: Precedence" in system.text  # the policy, verbatim
 
 
+@WHOLE_EVAL
 def test_a_wrong_call_scores_0_and_the_explanation_says_why(exported: Path, tmp_path: Path) -> None:
     script = {s["instruction"]: [] for s in samples(exported)}
     refused = next(s for s in samples(exported) if s["id"] == "s02_final_sale_refused")
@@ -106,6 +109,7 @@ def test_a_wrong_call_scores_0_and_the_explanation_says_why(exported: Path, tmp_
     assert "R2: order O1002 called for refuse, the outcome was refund" in score.explanation
 
 
+@WHOLE_EVAL
 @SECOND_HALF
 def test_bad_arguments_and_a_crashing_tool_reach_the_model_and_every_sample_is_still_scored(
         exported: Path, tmp_path: Path) -> None:
@@ -180,6 +184,7 @@ def test_try_an_anthropic_model_without_a_key_says_what_is_missing(example: Path
     assert "leave out --model" in result.output
 
 
+@WHOLE_EVAL
 @SECOND_HALF
 def test_baton_try_writes_the_tryout_and_status_shows_it(example: Path) -> None:
     result = baton(example.parent, "try", "refund_desk", "--epochs", "2")

@@ -112,6 +112,7 @@ def test_an_edited_example_is_refused(tmp_path: Path) -> None:
     assert listing(tmp_path) == before
 
 
+@pytest.mark.slow  # a whole simulated run
 def test_a_copy_of_the_example_under_another_name_runs_offline(tmp_path: Path) -> None:
     assert invoke(tmp_path, "new", "mydesk", "--from", "refund_desk").exit_code == 0
 
