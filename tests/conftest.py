@@ -10,12 +10,14 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.export_support import run_example
 from tests.shared_runs import SharedRun, shared_run
-from tests.workers_harness import RedisServer
+
+if TYPE_CHECKING:
+    from tests.workers_harness import RedisServer
 
 if sys.dont_write_bytecode and not sys.pycache_prefix:
     # Under PYTHONDONTWRITEBYTECODE pytest rewrites every test module's asserts afresh in every process: about
@@ -91,6 +93,9 @@ def deal(items: list[pytest.Item], sizes: list[int]) -> list[list[pytest.Item]]:
 
 @pytest.fixture
 def redis_server(tmp_path) -> Iterator[RedisServer]:
+    # Imported here, not at the top: Celery and baton's workers load only in the processes that use them.
+    from tests.workers_harness import RedisServer
+
     try:
         server = RedisServer(tmp_path / "redis")
     except FileNotFoundError:
@@ -103,6 +108,8 @@ def redis_server(tmp_path) -> Iterator[RedisServer]:
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
     """``baton run refund_desk --auto-approve --profile demo`` on a copy of the example: iteration 1 at 80%,
     iteration 2 passing. Shared read-only: take a copy (``copy_to``) to work on."""
+    from tests.export_support import run_example  # here: the CLI loads only on workers that run the example
+
     run = shared_run(tmp_path_factory, "finished", lambda folder: run_example(folder, "--auto-approve"))
     assert run.exit_code == 0, run.output
     return run
@@ -111,6 +118,8 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
 @pytest.fixture(scope="session")
 def awaiting_run(tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
     """``baton run refund_desk --profile demo`` without --auto-approve: stopped at the approval gate (exit 3)."""
+    from tests.export_support import run_example
+
     run = shared_run(tmp_path_factory, "awaiting", run_example)
     assert run.exit_code == 3, run.output
     return run

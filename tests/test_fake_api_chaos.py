@@ -40,7 +40,9 @@ SCENARIOS = {
     "chaos-bad-json": ({"kind": "invalid_json"}, {"mode": "always"}),
     "chaos-empty": ({"kind": "empty_response"}, {"mode": "always"}),
 }
-pytestmark = pytest.mark.xdist_group("agentbreak")  # the module's double and proxy start on one worker
+# Every test goes through two real services started for the module (the double and the AgentBreak proxy, each its
+# own process): slow by the project's definition, and kept on one worker so that they start once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("agentbreak")]
 
 
 @dataclass
@@ -129,7 +131,6 @@ def _answered(chaos: Chaos, model: str) -> int:
 
 
 @pytest.mark.parametrize("model, status", [("chaos-429", 429), ("chaos-529", 529), ("chaos-500", 500)])
-@pytest.mark.slow  # real retries through a proxy
 def test_an_error_status_is_retried_and_the_retry_gets_the_doubles_answer(chaos, sleeps, caplog, model, status):
     caplog.set_level(logging.WARNING, logger="agents.anthropic_model")
     before = _answered(chaos, model)
