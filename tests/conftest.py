@@ -1,7 +1,7 @@
 """Fixtures shared by test files: a private redis-server on a free port (never the machine's own), the
 example run to its end or to its approval gate (made once per session for every xdist worker,
-tests/shared_runs.py), and its export. Under pytest-xdist (the README's ``-n 4
---dist worksteal``) each worker starts on its share of the slow tests (the order below)."""
+tests/shared_runs.py), and its export. Under pytest-xdist (the README's ``--dist worksteal``) each worker
+starts on its share of the heavy tests: slow ones and ``xdist_group`` groups (the order below)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A finished run of the example, exported: what the export tests start from."""
+"""The CLI run in-process and offline, and the example run with it: what the CLI and export tests start from."""
 
 from __future__ import annotations
 
@@ -7,16 +7,21 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from click.testing import Result
 from typer.testing import CliRunner
 
 from scenarios.run import copy_scenario
 from workers.cli import cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
+# Unset for every test: a broker or an API key in the developer's shell must not
+# turn these offline runs into distributed or paid ones.
 UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "ANTHROPIC_API_KEY", "BATON_PROFILE", "BATON_SCENARIOS_DIR")
 
 
-def baton(folder: Path, *args: str, **env: str):  # noqa: ANN201 - click's Result
+def baton(folder: Path, *args: str, **env: str) -> Result:
+    """``baton --scenarios-dir FOLDER ARGS`` in this process, with ``env`` set for the call. The CLI exports
+    BATON_SCENARIOS_DIR; passing it as None makes the runner restore it afterwards."""
     environment: dict[str, str | None] = {name: None for name in UNSET} | {"COLUMNS": "200"} | env
     return CliRunner().invoke(cli, ["--scenarios-dir", str(folder), *args], env=environment)
 

@@ -14,24 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import Result
 from typer.testing import CliRunner
 
 from scenarios.run import copy_scenario
+from tests.export_support import EXAMPLE, UNSET
+from tests.export_support import baton as invoke
 from tests.shared_runs import SharedRun
 from workers.cli import cli
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
-# Unset for every test: a broker or an API key in the developer's shell must not
-# turn these offline runs into distributed or paid ones.
-UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "ANTHROPIC_API_KEY", "BATON_PROFILE", "BATON_SCENARIOS_DIR")
 runner = CliRunner()
-
-
-def invoke(folder: Path, *args: str, **env: str) -> Result:
-    # The CLI exports BATON_SCENARIOS_DIR; passing it as None makes the runner restore it afterwards.
-    environment: dict[str, str | None] = {name: None for name in UNSET} | {"COLUMNS": "200"} | env
-    return runner.invoke(cli, ["--scenarios-dir", str(folder), *args], env=environment)
 
 
 def run_json(root: Path) -> dict:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.export_support import baton as invoke
 from tests.shared_runs import SharedRun
-from tests.test_cli import invoke
 from tests.test_sandbox_escapes import NO_BWRAP
 
 pytestmark = pytest.mark.skipif(bool(NO_BWRAP), reason=f"needs a working bubblewrap: {NO_BWRAP}")
