@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from context.messages import Message, TextBlock, ToolResultBlock
+from context.reminders import reminder
 
 INTERRUPTED = (
     "[baton] This tool call was interrupted before it returned a result, so it did "
@@ -164,7 +165,7 @@ class Repairer:
         # baton's view keeps an instruction as user text in the user message it follows, so the view's steps
         # and rounds stay user/assistant pairs (the assembler lays them down by those units); flagged as a
         # reminder, it goes out as a system message again where one may go (context.reminders).
-        texts = [TextBlock(text=b.text, reminder=True) for b in msg.content if isinstance(b, TextBlock)]
+        texts = [reminder(b.text) for b in msg.content if isinstance(b, TextBlock)]
         self._push_user(Message(role="user", content=texts))
 
     def _push_user(self, msg: Message) -> None:

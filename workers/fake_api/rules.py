@@ -91,8 +91,8 @@ def check(raw: Any, catalogue: Catalogue, *, counting_only: bool = False) -> Che
         raise invalid(f"max_tokens: {body.max_tokens} > {model.max_tokens}, which is the maximum allowed "
                       f"number of output tokens for {model.id}")
     messages = _messages(body.messages)
-    if not model.system_messages and any(m.role == "system" for m in messages):
-        first = next(i for i, m in enumerate(messages) if m.role == "system")
+    first = next((i for i, m in enumerate(messages) if m.role == "system"), None)
+    if first is not None and not model.system_messages:
         raise invalid(f"messages.{first}.role: {SYSTEM_UNSUPPORTED}")
     try:
         validate(messages)
