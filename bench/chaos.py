@@ -81,8 +81,8 @@ from tests.workers_harness import (  # noqa: E402
     signal_pids,
 )
 from workers.app import make_app  # noqa: E402
+from workers.lock_ttl import LOCK_TTL_ENV, lock_ttl_s  # noqa: E402
 from workers.loop import SCENARIOS_ENV, Task, start  # noqa: E402
-from workers.tasks import LOCK_TTL_S  # noqa: E402
 
 SOURCE = REPO_ROOT / "scenarios" / "refund_desk"
 KINDS = ("pool_kill", "worker_kill", "sigstop", "redeliver", "dup_compaction")
@@ -98,7 +98,12 @@ LAST_TRIGGER = 0.5
 SOLE_WORKER_AFTER_S = 3.0
 RESTART_DELAY = (1.0, 4.0)  # from a whole worker's kill -9 to its replacement's start (s)
 SHORT_HOLD = (2.0, 8.0)  # SIGSTOP durations (s)
-LONG_HOLD = (LOCK_TTL_S + 2.0, LOCK_TTL_S + 20.0)
+
+
+def long_hold(lock_ttl: float) -> tuple[float, float]:
+    """SIGSTOP durations that outlast the agent lock's TTL; the longest (35 s at the default 15 s) also outlast
+    the reaper's stall bound plus a scan, so another worker takes the step over while the frozen one sleeps."""
+    return lock_ttl + 2.0, 2 * lock_ttl + 5.0
 
 # Files that differ between two runs by design (fencing's bookkeeping), never compared.
 EXCLUDED_NAMES = {"lease.json", "phase.lease.json", "discarded.jsonl", ".lock"}
@@ -371,6 +376,7 @@ class ChaosRun:
     sizes: dict[str, int]  # undisturbed log bytes per copy
     give_up: float
     deadline: float
+    lock_ttl: float  # the workers' agent lock TTL (BATON_LOCK_TTL_S)
     log: list[str] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
     unhealthy: set[str] = field(default_factory=set)  # nodes frozen, dead or not yet replaced
@@ -439,9 +445,7 @@ class ChaosRun:
                                 f"replaced after {delay:.1f}s")
             else:
                 longer = rng.random() < 0.5
-                # Long holds outlast the lock's TTL, and the longest the reaper's stall bound (20 s) plus a scan:
-                # then another worker takes the step over while this one sleeps.
-                hold = rng.uniform(*LONG_HOLD) if longer else rng.uniform(*SHORT_HOLD)
+                hold = rng.uniform(*long_hold(self.lock_ttl)) if longer else rng.uniform(*SHORT_HOLD)
                 whole = rng.random() < 0.5
                 self.unhealthy.add(node)
                 until = time.monotonic() + hold
@@ -838,8 +842,8 @@ def render(s: dict[str, Any], res: dict[str, Any]) -> str:
         f"running a copy's task, kill -9 of its whole worker (a replacement starts {RESTART_DELAY[0]:g}-"
         f"{RESTART_DELAY[1]:g} s later), SIGSTOP of the "
         f"pool child or of the whole worker for {SHORT_HOLD[0]:g}-{SHORT_HOLD[1]:g} s or "
-        f"{LONG_HOLD[0]:g}-{LONG_HOLD[1]:g} s "
-        f"(the agent lock's TTL is {LOCK_TTL_S} s), a duplicate "
+        f"{long_hold(res['lock_ttl'])[0]:g}-{long_hold(res['lock_ttl'])[1]:g} s "
+        f"(the agent lock's TTL is {res['lock_ttl']:g} s), a duplicate "
         "`baton.step` (the step due, or an older one), a duplicate `baton.compaction` after the agent's last step. "
         "No `baton resume`: the system recovers by itself or not at all. Then every file of each copy is compared "
         "with an undisturbed run of the same copies by the same code, key by key: timestamps, durations, usage "
@@ -874,7 +878,7 @@ def chaos(faults: int, seed: int, scenarios: int | None = None, workdir: Path | 
     own = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="baton-chaos-")) if own else workdir
     env = dict(reaper_env or {})
-    res: dict[str, Any] = {"copies": count, "seed": seed, "code": code_version(),
+    res: dict[str, Any] = {"copies": count, "seed": seed, "code": code_version(), "lock_ttl": lock_ttl_s(env),
                            "reaper_env": " ".join(f"{k}={v}" for k, v in env.items())}
     t0 = time.monotonic()
     server = RedisServer(workdir / "redis")
@@ -892,7 +896,7 @@ def chaos(faults: int, seed: int, scenarios: int | None = None, workdir: Path | 
         watch = TaskWatch(server.url)
         fleet = Fleet(server.url, workdir / "chaos", names, env)
         sizes = {t.name: log_bytes(t) for t in twins}
-        run = ChaosRun(fleet, watch, faults_plan, sizes, give_up, time.monotonic() + limit)
+        run = ChaosRun(fleet, watch, faults_plan, sizes, give_up, time.monotonic() + limit, res["lock_ttl"])
         if quiet:
             run.say = lambda text: run.log.append(text)  # type: ignore[method-assign]
         t1 = time.monotonic()
@@ -937,6 +941,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="pass BATON_STALL_AFTER_S to the workers (default: not set, the workers' own default)")
     ap.add_argument("--reaper-interval", type=float, default=None,
                     help="pass BATON_REAPER_INTERVAL_S to the workers (default: not set)")
+    ap.add_argument("--lock-ttl", type=float, default=None,
+                    help=f"pass {LOCK_TTL_ENV} to the workers (default: not set, the workers' own default)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, scenario copies)")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"write the Chaos section of this file (e.g. {DEFAULT_DOC.relative_to(REPO_ROOT)})")
@@ -947,13 +953,15 @@ def main(argv: list[str] | None = None) -> int:
         env["BATON_STALL_AFTER_S"] = f"{args.stall_after:g}"
     if args.reaper_interval is not None:
         env["BATON_REAPER_INTERVAL_S"] = f"{args.reaper_interval:g}"
+    if args.lock_ttl is not None:
+        env[LOCK_TTL_ENV] = f"{args.lock_ttl:g}"
     if args.keep:
         os.environ["BATON_CHAOS_KEEP"] = "1"
     s = chaos(args.faults, args.seed, args.scenarios, None, args.give_up, args.limit, env)
     res = s["res"]
     cmd = f".venv/bin/python bench/chaos.py --faults {args.faults} --seed {args.seed}"
     for flag, value in (("--scenarios", args.scenarios), ("--stall-after", args.stall_after),
-                        ("--reaper-interval", args.reaper_interval)):
+                        ("--reaper-interval", args.reaper_interval), ("--lock-ttl", args.lock_ttl)):
         if value is not None:
             cmd += f" {flag} {value:g}"
     if args.out:

@@ -8,14 +8,14 @@ import fakeredis
 import pytest
 
 from workers import tasks
+from workers.lock_ttl import LOCK_TTL_ENV, lock_ttl_s
 
 
 @pytest.fixture
 def server(monkeypatch):
     client = fakeredis.FakeRedis()
     monkeypatch.setattr(tasks, "redis_client", lambda: client)
-    monkeypatch.setattr(tasks, "LOCK_TTL_S", 1)
-    monkeypatch.setattr(tasks, "LOCK_RENEW_S", 0.3)
+    monkeypatch.setenv(LOCK_TTL_ENV, "1")  # renewed every third of a second
     return client
 
 
@@ -30,7 +30,7 @@ def test_a_step_longer_than_the_ttl_keeps_its_lock(server):
 
 
 def test_a_dead_holders_lock_expires(server):
-    lock = server.lock("baton:lock:s:init", timeout=tasks.LOCK_TTL_S)
+    lock = server.lock("baton:lock:s:init", timeout=lock_ttl_s())
     assert lock.acquire()  # taken, then never released: the holder was killed
     deadline = time.monotonic() + 10
     while server.exists("baton:lock:s:init") and time.monotonic() < deadline:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench_scripts import load_bench
+from tests.workers_harness import FAST_RECOVERY
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,7 +31,8 @@ def test_seeded_chaos_run_recovers_with_nothing_duplicated_lost_or_different(tmp
     chaos = load_chaos()
     faults = 6
     assert {f.kind for f in chaos.plan(faults, seed=7, scenarios=2)} == set(chaos.KINDS)
-    summary = chaos.chaos(faults, seed=7, scenarios=2, workdir=tmp_path, give_up=60.0, limit=150.0, quiet=True)
+    summary = chaos.chaos(faults, seed=7, scenarios=2, workdir=tmp_path, give_up=60.0, limit=150.0,
+                          reaper_env=FAST_RECOVERY, quiet=True)
     report = chaos.details(summary) + "\n" + "\n".join(summary["res"]["log"])
     assert summary["injected"] == faults, report
     assert not summary["not_done"], report

@@ -20,7 +20,7 @@ import pytest
 from agents.simulated import SimulatedModel
 from scenarios.run import copy_scenario
 from tests.export_support import EXAMPLE
-from tests.workers_harness import Proc, spawn
+from tests.workers_harness import FAST_RECOVERY, Proc, spawn
 from workers import loop
 from workers.fake_api.latency import Latency
 from workers.fake_api.server import FakeApi, Running, start
@@ -72,7 +72,7 @@ def test_a_run_moves_to_the_other_group_when_one_is_stopped(tmp_path: Path, redi
     logs.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL", "BATON_PROFILE")}
     env.update(BATON_BROKER_URL=redis_server.url, ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=double.url,
-               BATON_SCENARIOS_DIR=str(shared), BATON_REAPER_INTERVAL_S="2", BATON_STALL_AFTER_S="20")
+               BATON_SCENARIOS_DIR=str(shared), **FAST_RECOVERY)
     first, second = group(HOSTS[0], env, logs), group(HOSTS[1], env, logs)
     try:
         started = subprocess.run([str(BATON), "run", "refund_desk", "--auto-approve", "--profile", "demo",

@@ -238,6 +238,13 @@ class FakeRedisServer:
 # ---- a scenario run on real workers -------------------------------------------------------
 
 
+# Recovery bounds scaled down for tests that kill or freeze workers on purpose: a dead worker's agent lock lives
+# 5 s rather than 15, and the reaper re-dispatches a run idle for 7 s (rather than 20), scanning every second.
+# The same code paths run; each such test waits seconds for them rather than half a minute. The defaults
+# themselves are checked where they are read (tests/test_reaper.py, tests/test_lock_ttl.py).
+FAST_RECOVERY = {"BATON_LOCK_TTL_S": "5", "BATON_STALL_AFTER_S": "7", "BATON_REAPER_INTERVAL_S": "1"}
+
+
 def child_env(broker_url: str, scenarios: Path) -> dict[str, str]:
     """The whole environment of every worker, Flower and client process: nothing inherited
     except PATH/HOME/locale, and never an Anthropic key (the simulated model runs)."""
@@ -251,6 +258,7 @@ def child_env(broker_url: str, scenarios: Path) -> dict[str, str]:
         "BATON_BROKER_URL": broker_url,
         "BATON_SCENARIOS_DIR": str(scenarios),
         "BATON_PROFILE": "demo",
+        **FAST_RECOVERY,
     }
 
 

@@ -428,8 +428,10 @@ def check_worker_env() -> None:
         from agents.cpu_slots import slots_from_env  # its import reads BATON_CPU_SLOTS already
         from agents.evaluation import fork_server
         from agents.sandbox.policy import evaluation_sandbox
+        from workers.reaper import ReaperSettings  # with the agent lock's TTL it must outlast
 
         slots_from_env()
+        ReaperSettings.from_env()
         fork_server.enabled()
         evaluation_sandbox()
         gc_pauses.enabled()

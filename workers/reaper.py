@@ -30,13 +30,14 @@ from pathlib import Path
 
 import redis
 from celery.signals import worker_ready, worker_shutdown
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from scenarios.run import load_run
 from scenarios.store import AGENTS, Layout, StoreError
+from workers.lock_ttl import DEFAULT_LOCK_TTL_S, LOCK_TTL_ENV, lock_ttl_s
 from workers.loop import Task, resume, scenarios_dir
 from workers.scenario_lock import shared_scenario_lock
-from workers.tasks import LOCK_TTL_S, dispatch, lock_key, redis_client
+from workers.tasks import dispatch, lock_key, redis_client
 
 log = logging.getLogger(__name__)
 INTERVAL_ENV, STALL_ENV = "BATON_REAPER_INTERVAL_S", "BATON_STALL_AFTER_S"
@@ -46,7 +47,14 @@ SCAN_KEY = "baton:reaper"
 class ReaperSettings(BaseModel):
     interval_s: float = Field(default=5.0, ge=0)  # 0 turns the reaper off in this worker
     # Longer than the lock's TTL: a killed worker's lock must have expired before its run looks stalled.
-    stall_after_s: float = Field(default=20.0, gt=LOCK_TTL_S)
+    stall_after_s: float = Field(default=20.0, gt=0)
+    lock_ttl_s: float = DEFAULT_LOCK_TTL_S
+
+    @model_validator(mode="after")
+    def _stall_outlasts_the_lock(self) -> ReaperSettings:
+        if self.stall_after_s <= self.lock_ttl_s:
+            raise ValueError(f"must be above the agent lock's TTL ({self.lock_ttl_s:g} s, {LOCK_TTL_ENV})")
+        return self
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReaperSettings:
@@ -54,11 +62,16 @@ class ReaperSettings(BaseModel):
         given = {field: env[name] for field, name in (("interval_s", INTERVAL_ENV), ("stall_after_s", STALL_ENV))
                  if env.get(name)}
         try:
-            return cls.model_validate(given)
+            ttl = lock_ttl_s(env)
+        except ValueError as exc:
+            raise StoreError(f"bad reaper settings ({exc})") from None
+        try:
+            return cls.model_validate({**given, "lock_ttl_s": ttl})
         except ValidationError as exc:
-            problems = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(f"{e['loc'][0] if e['loc'] else 'stall_after_s'}: "
+                                 f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
             raise StoreError(f"bad reaper settings ({problems}): set {INTERVAL_ENV} to seconds >= 0 (0 turns the "
-                             f"reaper off) and {STALL_ENV} to seconds above the lock's {LOCK_TTL_S} s") from None
+                             f"reaper off) and {STALL_ENV} to seconds above the lock's {ttl:g} s") from None
 
 
 def last_progress(root: Path) -> float:

@@ -30,15 +30,12 @@ from scenarios.lease import LeaseBusy
 from scenarios.run import load_run
 from scenarios.store import Layout, StoreError
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
+from workers.lock_ttl import lock_ttl_s
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
 from workers.scenario_lock import ScenarioBusy, shared_scenario_lock
 from workers.task_trace import finish, headers_for, received, task_span
 
 log = logging.getLogger(__name__)
-# A lock lives LOCK_TTL_S and is renewed every LOCK_RENEW_S while its step runs, so the lock
-# of a worker killed with SIGKILL (no finally, no release) frees itself within LOCK_TTL_S.
-LOCK_TTL_S = 15
-LOCK_RENEW_S = LOCK_TTL_S / 3
 
 
 class LockBusy(RuntimeError):
@@ -105,8 +102,8 @@ def lock_key(scenario: str, agent: str) -> str:
     return f"baton:lock:{scenario}:{agent}"
 
 
-def _renew(lock: redis.lock.Lock, stop: threading.Event, name: str) -> None:
-    while not stop.wait(LOCK_RENEW_S):
+def _renew(lock: redis.lock.Lock, stop: threading.Event, name: str, every_s: float) -> None:
+    while not stop.wait(every_s):
         try:
             lock.reacquire()
         except redis.exceptions.LockNotOwnedError:
@@ -121,12 +118,15 @@ def agent_lock(scenario: str, agent: str):
     # One step of an agent at a time; the step number fences whatever slips past (a worker
     # frozen longer than the lock's TTL, a duplicate that runs after the lock was freed).
     name = f"{scenario}/{agent}"
+    # The lock lives lock_ttl_s() and is renewed every third of it while the step runs, so a killed
+    # worker's lock frees itself within one TTL (workers/lock_ttl.py).
     # thread_local=False: the renewing thread must see the token this thread acquired.
-    lock = redis_client().lock(lock_key(scenario, agent), timeout=LOCK_TTL_S, blocking_timeout=2, thread_local=False)
+    ttl = lock_ttl_s()
+    lock = redis_client().lock(lock_key(scenario, agent), timeout=ttl, blocking_timeout=2, thread_local=False)
     if not lock.acquire():
         raise LockBusy(f"{name} is busy")
     stop = threading.Event()
-    renewer = threading.Thread(target=_renew, args=(lock, stop, name), name=f"lock-{name}", daemon=True)
+    renewer = threading.Thread(target=_renew, args=(lock, stop, name, ttl / 3), name=f"lock-{name}", daemon=True)
     renewer.start()
     try:
         yield
