@@ -113,10 +113,12 @@ def test_a_message_reply_waits_at_least_the_latency():
         started = time.monotonic()
         reply = ask(running.url)
         waited = time.monotonic() - started
+        ask(running.url)  # after the first: never two held back at once
         delay = stats(running.url)["delay"]
     assert reply.stop_reason == "tool_use"
     assert waited >= 0.3  # a lower bound only: how much longer depends on the machine
-    assert delay["requests"] == 1 and delay["first_token_s"] == pytest.approx(0.3) and delay["output_s"] == 0
+    assert delay["requests"] == 2 and delay["first_token_s"] == pytest.approx(0.6) and delay["output_s"] == 0
+    assert delay["most_at_once"] == 1
 
 
 def test_output_speed_adds_output_tokens_over_the_models_speed():
@@ -181,8 +183,8 @@ def test_stats_report_the_delay_in_all_per_request_and_per_model():
 # ---- concurrency -----------------------------------------------------------------------------------
 
 
-def _concurrently(url: str, n: int) -> tuple[float, list[float]]:
-    """(wall seconds, each request's seconds) for ``n`` message requests sent at once from ``n`` threads."""
+def _concurrently(url: str, n: int) -> list[float]:
+    """Each request's seconds, for ``n`` message requests sent at once from ``n`` threads."""
     each: list[float] = []
     errors: list[BaseException] = []
     go = threading.Barrier(n)
@@ -197,22 +199,23 @@ def _concurrently(url: str, n: int) -> tuple[float, list[float]]:
         each.append(time.monotonic() - started)
 
     threads = [threading.Thread(target=one) for _ in range(n)]
-    started = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
     assert not errors, errors
-    return time.monotonic() - started, each
+    return each
 
 
 @pytest.mark.slow
 def test_a_waiting_request_does_not_hold_up_another():
     with serving(FakeApi(latency=Latency(base_s=1.0))) as running:
-        wall, each = _concurrently(running.url, 2)
+        each = _concurrently(running.url, 2)
         delay = stats(running.url)["delay"]
     assert len(each) == 2 and all(t >= 1.0 for t in each)  # both waited their full second...
-    assert wall < 1.8  # ...at the same time: one after the other would take 2 s
+    # ... at the same time, by the double's own count (a wall-clock bound failed on a loaded machine):
+    # a server that answered one after the other would never hold two replies back at once.
+    assert delay["most_at_once"] == 2, delay
     assert delay["requests"] == 2 and delay["total_s"] == pytest.approx(2.0)  # waiting summed, not wall time
 
 

@@ -181,7 +181,11 @@ class FakeApi:
         if not self.latency.active:
             return
         delay = self.latency.delay(model_id, output_tokens)
-        self.sleep(delay.total_s)
+        self.stats.hold(+1)
+        try:
+            self.sleep(delay.total_s)
+        finally:
+            self.stats.hold(-1)
         self.stats.delay(model_id, delay)
 
     def models_page(self, query: dict[str, list[str]]) -> dict[str, Any]:

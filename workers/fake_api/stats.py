@@ -27,6 +27,7 @@ class Stats:
         self.delay_s: defaultdict[str, float] = defaultdict(float)  # total_s, first_token_s, output_s, max_s
         self.delay_by_model: defaultdict[str, float] = defaultdict(float)  # model id -> seconds waited
         self.recent_delays: deque[float] = deque(maxlen=RECENT_DELAYS)  # bounded: a long benchmark stays small
+        self.waiting = self.most_waiting = 0  # replies held back now, and the most ever held back at once
         # Preserved thinking: blocks produced (thinking, redacted), sent back, found valid, dropped (drop_block),
         # and requests refused by the prefix check (400)
         self.thinking: Counter[str] = Counter()
@@ -64,6 +65,12 @@ class Stats:
         with self._lock:
             self.errors[f"{status} {error_type}"] += 1
 
+    def hold(self, change: int) -> None:
+        """A reply starts (+1) or stops (-1) waiting out its delay: the peak says whether waits overlapped."""
+        with self._lock:
+            self.waiting += change
+            self.most_waiting = max(self.most_waiting, self.waiting)
+
     def delay(self, model_id: str, delay: Delay) -> None:
         with self._lock:
             self.delayed += 1
@@ -98,6 +105,7 @@ class Stats:
             **{key: self.delay_s[key] for key in ("total_s", "first_token_s", "output_s")},
             "mean_s": self.delay_s["total_s"] / self.delayed if self.delayed else 0.0,
             "max_s": self.delay_s["max_s"],
+            "most_at_once": self.most_waiting,
             "by_model": dict(self.delay_by_model),
             "recent_s": list(self.recent_delays),  # the last RECENT_DELAYS waits, oldest first
         }
