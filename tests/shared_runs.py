@@ -1,7 +1,7 @@
 """Simulated runs of the example that many test modules start from, made once per test session and shared by
 every pytest-xdist worker.
 
-A run of the example costs about 2 CPU-seconds, and under ``-n 4 --dist worksteal`` a module's tests land on
+A run of the example costs about 2 CPU-seconds, and under ``-n 6 --dist worksteal`` a module's tests land on
 every worker, so a session or module fixture that ran it was paid once per worker and per module (13 runs in
 the fast subset). Here the first worker to ask makes the run, under a file lock, in a folder all workers of
 the session share; the others wait for it and read it. The shared copy is never handed out: each fixture gets
