@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from agents.evaluation import fork_server
 from agents.priority import autogroups_on
+from agents.sandbox.bwrap import usable_bwrap
 from tests.test_bash_sandbox import gone, processes_with
 from tests.test_evaluation import PASSING, TOOLS, build, evaluate, sample
 from tests.workers_harness import descendants, refused_worker
@@ -132,7 +134,6 @@ def test_a_server_killed_mid_sample_loses_no_sample(tmp_path: Path) -> None:
     marker = f"nap-{uuid.uuid4().hex}"
     build(tmp_path, [sample("naps", [("nap", {"marker": marker})]), PASSING], tools=STATEFUL)
     first = fork_server.server()
-    import threading
 
     done: dict[str, object] = {}
     runner = threading.Thread(target=lambda: done.update(zip(("report", "results"), evaluate(tmp_path))))
@@ -149,12 +150,33 @@ def test_a_server_killed_mid_sample_loses_no_sample(tmp_path: Path) -> None:
     assert fork_server.server() is not first and fork_server.server().alive()
 
 
+def test_a_confined_server_started_by_a_thread_outlives_that_thread() -> None:
+    """bwrap's --die-with-parent fires when the thread that started the server ends, not the process: a
+    server a short-lived thread started (a runner thread, a task's thread) must still be there after it."""
+    try:
+        usable_bwrap()
+    except Exception as exc:  # noqa: BLE001 - whatever makes the sandbox unusable here
+        pytest.skip(f"no working bubblewrap sandbox here ({exc})")
+    started: dict[str, fork_server.ForkServer] = {}
+    starter = threading.Thread(target=lambda: started.update(server=fork_server.ForkServer(confined=True)))
+    starter.start()
+    starter.join(timeout=60)
+    server = started["server"]
+    try:
+        # A parent-death signal lands as the thread ends; a second is ample for it to have ended the server.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and server.alive():
+            time.sleep(0.05)
+        assert server.alive(), f"the server ended with the thread that started it (exit {server.proc.poll()})"
+    finally:
+        server.close()
+
+
 def test_a_frozen_server_is_ended_and_its_sample_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fork_server, "GRACE_S", 1.0)
     marker = f"nap-{uuid.uuid4().hex}"
     build(tmp_path, [sample("naps", [("nap", {"marker": marker})])], tools=STATEFUL)
     frozen = fork_server.server()
-    import threading
 
     done: dict[str, object] = {}
     runner = threading.Thread(target=lambda: done.update(zip(("report", "results"), evaluate(tmp_path))))

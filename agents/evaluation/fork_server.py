@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,23 @@ def enabled(env: dict[str, str] | None = None) -> bool:
     return value not in ("0", "false", "off", "no")
 
 
+_spawner: tuple[int, ThreadPoolExecutor] | None = None  # (the process it belongs to, its one thread)
+_spawner_lock = threading.Lock()
+
+
+def _spawn(*args: Any, **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen`` from a thread that lives as long as this process. The confined server's bwrap
+    runs with ``--die-with-parent`` (PR_SET_PDEATHSIG), which fires when the *thread* that started it ends
+    (prctl(2)): started from a task's or a test's short-lived thread, the server died with that thread and
+    the next sample paid for a new one."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or _spawner[0] != os.getpid():  # a forked worker gets a thread of its own
+            _spawner = os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="baton-fork-server-start")
+        executor = _spawner[1]
+    return executor.submit(subprocess.Popen, *args, **kwargs).result()
+
+
 class ForkServer:
     """One running ``fork_server_main.py`` and the samples waiting on it. Confined, the server
     runs in a sandbox of its own (agents/sandbox/sample.py) and each sample it forks gets
@@ -72,7 +89,7 @@ class ForkServer:
             argv = server_command(usable_bwrap(), self.samples, self.cgroup.parts if self.cgroup else {},
                                   SERVER_SCRIPT)
             env = EMPTY_ENV
-        self.proc = subprocess.Popen(
+        self.proc = _spawn(
             argv, cwd=self.home, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C to the worker's group is the worker's to handle, not the server's
