@@ -231,3 +231,95 @@ def test_judging_passes_the_expected_actions_and_names_what_a_wrong_one_changed(
     assert 'orders.O1002.status: expected "delivered", got "refunded"' in verdict.explanation
     assert "expected_state 'orders.O1002.status'" in verdict.explanation
     assert "checker check_policy.check_policy rejects it: R2: order O1002 called for refuse" in verdict.explanation
+
+
+def test_a_sample_is_judged_in_one_child(exported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay of the expected actions and the checkers share one limited child, which forks the replay:
+    a judged sample costs one interpreter's start, not two."""
+    session = runtime_of(exported)
+    started: list[list[str]] = []
+    real = session.run_limited
+
+    def counted(argv: list[str], **limits: object) -> object:
+        started.append(argv)
+        return real(argv, **limits)
+
+    monkeypatch.setattr(session, "run_limited", counted)
+    scenario = session.Scenario.load(exported)
+    verdict = session.judge(scenario, scenario.sample("s02_final_sale_refused"), [], scenario.initial_data())
+    assert verdict.passed, verdict.explanation
+    assert len(started) == 1
+
+
+def test_what_the_replay_leaves_behind_does_not_reach_the_checkers(exported: Path, tmp_path: Path) -> None:
+    """The tools, imported for the replay, leave traces in their module, the builtins, the environment, the
+    working directory and TMPDIR. Baton's own evaluation (mode sample: one interpreter) shows the checkers
+    would see them; the judging child's checkers, which run after the replay it forked, see none."""
+    export = tmp_path / "export"
+    shutil.copytree(exported, export)
+    with (export / "tools" / "tools.py").open("a") as fh:
+        fh.write("\n\nimport builtins as _builtins, os as _os\n"
+                 "_builtins.left_by_the_tools = True\n"
+                 "_os.environ['LEFT_BY_THE_TOOLS'] = '1'\n"
+                 "open('left_by_the_tools', 'w').close()\n"
+                 "open(_os.path.join(_os.environ['TMPDIR'], 'left_by_the_tools_too'), 'w').close()\n")
+    (export / "checkers" / "check_apart.py").write_text(
+        "import builtins, os, sys\n\n\n"
+        "def check_nothing_from_the_replay(sample, outcome):\n"
+        "    traces = {'the tools module': 'tools' in sys.modules,\n"
+        "              'the builtins': hasattr(builtins, 'left_by_the_tools'),\n"
+        "              'the environment': 'LEFT_BY_THE_TOOLS' in os.environ,\n"
+        "              'the working directory': os.path.exists('left_by_the_tools'),\n"
+        "              'TMPDIR': os.path.exists(os.path.join(os.environ['TMPDIR'], 'left_by_the_tools_too'))}\n"
+        "    seen = [where for where, found in traces.items() if found]\n"
+        "    return {'passed': not seen, 'reason': 'the replay left traces in ' + ', '.join(seen)}\n")
+    session = runtime_of(export)
+    scenario = session.Scenario.load(export)
+    sample = scenario.sample("s02_final_sale_refused")
+    shared, problem = session._run(scenario, {"mode": "sample", "sample": sample})
+    assert problem is None
+    (together,) = [c for c in shared["checkers"] if c["checker"] == "check_apart.check_nothing_from_the_replay"]
+    assert together["reason"] == ("the replay left traces in the tools module, the builtins, the environment, "
+                                  "the working directory, TMPDIR")
+    verdict = session.judge(scenario, sample, [], scenario.initial_data())
+    assert verdict.passed, verdict.explanation
+    assert "check_apart.check_nothing_from_the_replay" in [c["checker"] for c in verdict.checkers]
+
+
+def test_judging_says_whether_the_replay_or_the_checkers_failed(exported: Path, tmp_path: Path) -> None:
+    export = tmp_path / "export"
+    shutil.copytree(exported, export)
+    tools = export / "tools" / "tools.py"
+    original = tools.read_text()
+    session = runtime_of(export)
+    scenario = session.Scenario.load(export)
+    sample = scenario.sample("s01_day30_refund")  # get_order, then issue_refund
+    tools.write_text(original + "\n\ndef issue_refund(data, order_id, amount, reason):\n"
+                                "    raise RuntimeError('the ledger is offline')\n")
+    with pytest.raises(RuntimeError, match=r"^replaying sample s01_day30_refund's expected actions failed \(action 1: "
+                                           r"tool issue_refund raised RuntimeError: the ledger is offline at "
+                                           r"tools/tools\.py:\d+ in issue_refund\): the export is broken$"):
+        session.judge(scenario, sample, [], scenario.initial_data())
+    tools.write_text(original + "\n\ndef issue_refund(data, order_id, amount, reason):\n"
+                                "    import os, sys\n"
+                                "    print('the ledger vanished', file=sys.stderr, flush=True)\n"
+                                "    os._exit(3)\n")
+    with pytest.raises(RuntimeError, match=rf"^replaying sample s01_day30_refund's expected actions failed \(ended "
+                                           rf"without a result \(exit 3, memory limit {scenario.memory_mb} MB\): "
+                                           r'"the ledger vanished"\): the export is broken$'):
+        session.judge(scenario, sample, [], scenario.initial_data())
+    tools.write_text(original)
+    with (export / "checkers" / "check_policy.py").open("a") as fh:
+        fh.write("\n\nimport os as _os\n_os._exit(4)\n")  # the checkers' process ends as they are imported
+    verdict = session.judge(scenario, sample, [], scenario.initial_data())  # no call: the refund is missing
+    assert not verdict.passed and verdict.checkers == []
+    assert ("the final data differs from the expected actions' effects at orders.O1001.status: "
+            'expected "refunded", got "delivered"') in verdict.explanation
+    assert (f'the checkers ended without a result (exit 4, memory limit {scenario.memory_mb} MB): "no output"'
+            in verdict.explanation)
+    (export / "checkers" / "check_policy.py").write_text("def check_policy(sample, outcome):\n"
+                                                         "    return bytearray(1 << 40)\n")
+    verdict = session.judge(scenario, sample, [], scenario.initial_data())
+    assert not verdict.passed
+    assert ("the checkers stopped in checker check_policy.check_policy: memory limit reached (MemoryError)"
+            in verdict.explanation)

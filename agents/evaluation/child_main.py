@@ -6,8 +6,9 @@ must not carry baton's modules, state or secrets.
 
 The job names the copied ``tools/`` and ``checkers/`` folders, the sample (already
 schema-checked by the parent), a ``mode`` ("sample", the default: replay the sample's
-actions and run the checkers; "call" and "judge", used by an exported task: see
-``Runner.call`` and ``Runner.judge``) and two files this process writes:
+actions and run the checkers; "reference", "call", "judge" and "reference_and_judge",
+used by an exported task: see the ``Runner`` methods of those names) and two files this
+process writes:
 
 - ``progress_path``: the phase we are in ("load", "sample", "actions", "checkers"),
   rewritten at every step, so the parent can classify a child it had to kill
@@ -109,17 +110,26 @@ class Runner:
     # ---- the run --------------------------------------------------------------
 
     def run(self) -> None:
+        if self.replay_sample():
+            self.run_checkers()
+            self.result["completed"] = True
+
+    def reference(self) -> None:
+        """Mode "reference": the sample's actions on the initial data, without the checkers
+        (an exported task compares a model's final data with this one's)."""
+        if self.replay_sample():
+            self.result["completed"] = True
+
+    def replay_sample(self) -> bool:
+        """Load the tools, check the sample's actions against them, load the data, replay."""
         tools = self.load_tools()
         if tools is None or not self.check_sample(tools):
-            return
+            return False
         data = self.load_data()
         if data is None:
-            return
+            return False
         self.data = data
-        if not self.replay(tools):
-            return
-        self.run_checkers()
-        self.result["completed"] = True
+        return self.replay(tools)
 
     def call(self) -> None:
         """Mode "call" (an exported task's tool call): one action on the data the job
@@ -140,6 +150,21 @@ class Runner:
             self.result[key] = outcome[key]
         self.run_checkers()
         self.result["completed"] = True
+
+    def reference_and_judge(self) -> None:
+        """Mode "reference_and_judge" (an exported task's scorer, one child instead of two):
+        mode "reference" in a forked process, in the folder and to the result file that the
+        job's ``reference`` names, then, once it has ended, mode "judge" here.
+
+        Forked before any generated code is loaded, the replay starts from the state a fresh
+        child has and keeps its own memory, working directory and environment: what the tools
+        leave in their modules, in the standard library's or in files cannot reach the
+        checkers, which run as in a child of their own. Whether the replay left a result the
+        parent reads from the file; the fork's exit status is kept for when it left none."""
+        returncode = fork_and_run({**self.job, **self.job["reference"], "mode": "reference"})
+        self.result["reference_returncode"] = returncode
+        if read_json(self.job["reference"]["result_path"]).get("completed") is True:
+            self.judge()  # no replay, no verdict: the checkers would run for nothing
 
     def load_tools(self) -> dict[str, Callable[..., Any]] | None:
         self.enter("load", step="tools")
@@ -331,14 +356,53 @@ def limit_processes(most: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (most, most))
 
 
+def read_json(path: str) -> dict[str, Any]:
+    """The object a forked part wrote, or {} if it wrote none."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def fork_and_run(job: dict[str, Any]) -> int:
+    """Run ``job`` in a forked process whose working directory, HOME and TMPDIR are the
+    job's ``cwd``; its exit status, as ``subprocess`` gives one (-N: killed by signal N).
+    The fork shares this process's group, limits and output streams."""
+    sys.stdout.flush()  # nothing buffered here may be written twice
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(job["cwd"])
+            os.environ["HOME"] = os.environ["TMPDIR"] = job["cwd"]
+            code = run_job(job)
+        except BaseException:  # noqa: BLE001 - told on stderr, as an uncaught error in a fresh Python
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)  # never back into the parent's frames
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     limit_processes(job.get("max_processes"))
     install_baton_eval()
+    return run_job(job)
+
+
+def run_job(job: dict[str, Any]) -> int:
     runner = Runner(job)
+    modes = {"sample": runner.run, "reference": runner.reference, "call": runner.call, "judge": runner.judge,
+             "reference_and_judge": runner.reference_and_judge}
     out_of_memory = False
     try:
-        {"sample": runner.run, "call": runner.call, "judge": runner.judge}[job.get("mode", "sample")]()
+        modes[job.get("mode", "sample")]()
     except MemoryError:
         out_of_memory = True
     # Handled after the except block: until then the exception's traceback keeps
