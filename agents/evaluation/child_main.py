@@ -31,7 +31,7 @@ import traceback
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 MESSAGE_CHARS = 600  # an exception message in a reason; the traceback goes to the trace
 TRACEBACK_CHARS = 4000
@@ -373,20 +373,33 @@ def fork_and_run(job: dict[str, Any]) -> int:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        code = 1
-        try:
-            os.chdir(job["cwd"])
-            os.environ["HOME"] = os.environ["TMPDIR"] = job["cwd"]
-            code = run_job(job)
-        except BaseException:  # noqa: BLE001 - told on stderr, as an uncaught error in a fresh Python
-            traceback.print_exc()
-        finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code)  # never back into the parent's frames
+        end_of_fork(lambda: _run_apart(job))
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _run_apart(job: dict[str, Any]) -> int:
+    os.chdir(job["cwd"])
+    os.environ["HOME"] = os.environ["TMPDIR"] = job["cwd"]
+    return run_job(job)
+
+
+def end_of_fork(body: Callable[[], int]) -> NoReturn:
+    """How a forked process ends (here and in the sample server's children): with ``body``'s exit
+    code, 1 after an uncaught error (told on stderr, as a fresh Python would), its output flushed,
+    and never back into the frames it was forked from."""
+    code = 1
+    try:
+        code = body()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - told on stderr, like an uncaught error in a fresh Python
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def main(argv: list[str]) -> int:

@@ -47,7 +47,6 @@ import selectors
 import signal
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,39 +89,31 @@ class Child:
 
 def become_sample(request: dict[str, Any], out_w: int, err_w: int, server: Server) -> None:
     """In the forked child: take the sample's place and run it; never returns."""
-    code = 1
-    try:
-        signal.set_wakeup_fd(-1)  # the server's wakeup pipe is closed below; its fd number may be reused
-        die_with_parent(server.pid)
-        # Its own process group, to be killed as a whole, in the server's session: a session of its own would
-        # be an autogroup of its own, with a full share of the CPU whatever its niceness (agents/priority.py).
-        os.setpgid(0, 0)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.closerange(3, 1 << 16)  # the server's pipes to the worker and the other children's
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        if request.get("sandboxed"):  # namespaces of its own, inside the server's sandbox
-            server.nest.enter(str(request["name"]), list(request.get("cgroups", [])), int(request["max_processes"]))
-        cwd = Path(request["cwd"])
-        sample_env = server.processes.minimal_env(cwd)  # PATH and LANG of the server's own minimal environment
-        os.environ.clear()
-        os.environ.update(sample_env)
-        os.chdir(cwd)
-        server.processes.limiter(float(request["timeout_s"]), int(request["memory_mb"]))()
-        code = server.child_main.main(["child_main.py", request["job"]])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - told on stderr, like an uncaught error in a fresh Python
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+    server.child_main.end_of_fork(lambda: _sample(request, out_w, err_w, server))
+
+
+def _sample(request: dict[str, Any], out_w: int, err_w: int, server: Server) -> int:
+    signal.set_wakeup_fd(-1)  # the server's wakeup pipe is closed below; its fd number may be reused
+    die_with_parent(server.pid)
+    # Its own process group, to be killed as a whole, in the server's session: a session of its own would
+    # be an autogroup of its own, with a full share of the CPU whatever its niceness (agents/priority.py).
+    os.setpgid(0, 0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    os.closerange(3, 1 << 16)  # the server's pipes to the worker and the other children's
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    if request.get("sandboxed"):  # namespaces of its own, inside the server's sandbox
+        server.nest.enter(str(request["name"]), list(request.get("cgroups", [])), int(request["max_processes"]))
+    cwd = Path(request["cwd"])
+    sample_env = server.processes.minimal_env(cwd)  # PATH and LANG of the server's own minimal environment
+    os.environ.clear()
+    os.environ.update(sample_env)
+    os.chdir(cwd)
+    server.processes.limiter(float(request["timeout_s"]), int(request["memory_mb"]))()
+    return server.child_main.main(["child_main.py", request["job"]])
 
 
 class Server:
