@@ -293,8 +293,9 @@ class Fleet:
     """A ``Cluster`` (tests/workers_harness.py) over one scenarios folder, with two workers per queue."""
 
     def __init__(self, url: str, base: Path, names: list[str], extra_env: dict[str, str]):
-        self.cluster = Cluster(url, base)  # it also copies refund_desk into the folder; that copy is not run
-        self.cluster.env.update(extra_env)
+        # Only the settings given (extra_env): not the tests' short recovery bounds. The Cluster also copies
+        # refund_desk into the folder; that copy is not run.
+        self.cluster = Cluster(url, base, recovery=extra_env)
         self.roots = [copy_scenario(SOURCE, self.cluster.scenarios / name) for name in names]
         self.nodes: dict[str, tuple[str, Proc]] = {}  # node name -> (queue, process)
         self.started = 0

@@ -238,8 +238,9 @@ class FakeRedisServer:
 # ---- a scenario run on real workers -------------------------------------------------------
 
 
-# Recovery bounds scaled down for tests that kill or freeze workers on purpose: a dead worker's agent lock lives
-# 5 s rather than 15, and the reaper re-dispatches a run idle for 7 s (rather than 20), scanning every second.
+# Recovery bounds scaled down for tests that kill or freeze workers on purpose (a Cluster's default): a dead
+# worker's agent lock lives 5 s rather than 15, and the reaper re-dispatches a run idle for 7 s (rather than 20),
+# scanning every second.
 # The same code paths run; each such test waits seconds for them rather than half a minute. The defaults
 # themselves are checked where they are read (tests/test_reaper.py, tests/test_lock_ttl.py).
 FAST_RECOVERY = {"BATON_LOCK_TTL_S": "5", "BATON_STALL_AFTER_S": "7", "BATON_REAPER_INTERVAL_S": "1"}
@@ -258,7 +259,6 @@ def child_env(broker_url: str, scenarios: Path) -> dict[str, str]:
         "BATON_BROKER_URL": broker_url,
         "BATON_SCENARIOS_DIR": str(scenarios),
         "BATON_PROFILE": "demo",
-        **FAST_RECOVERY,
     }
 
 
@@ -268,6 +268,9 @@ class Cluster:
 
     broker_url: str
     base: Path
+    # The recovery bounds its processes run with: the tests' short ones unless told otherwise (the chaos bench
+    # passes only those given on its command line, so that by default its workers run with the defaults).
+    recovery: dict[str, str] = field(default_factory=lambda: dict(FAST_RECOVERY))
     procs: list[Proc] = field(default_factory=list)
     _client: Celery | None = None
 
@@ -277,7 +280,7 @@ class Cluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.scenarios.mkdir(parents=True, exist_ok=True)
         copy_scenario(EXAMPLE, self.root)
-        self.env = child_env(self.broker_url, self.scenarios)
+        self.env = child_env(self.broker_url, self.scenarios) | self.recovery
 
     @property
     def root(self) -> Path:
