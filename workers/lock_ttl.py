@@ -10,6 +10,7 @@ The reaper's stall bound must exceed it (``workers.reaper``).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 
@@ -27,8 +28,8 @@ def lock_ttl_s(env: Mapping[str, str] | None = None) -> float:
     try:
         seconds = float(value)
     except ValueError:
-        seconds = float("nan")
-    if not seconds >= MIN_LOCK_TTL_S or seconds == float("inf"):
+        seconds = math.nan  # refused below, with the other values that are no number of seconds
+    if not (math.isfinite(seconds) and seconds >= MIN_LOCK_TTL_S):
         raise ValueError(f"{LOCK_TTL_ENV}={value!r} must be a number of seconds of at least {MIN_LOCK_TTL_S:g} "
                          f"(how long a dead worker's agent lock lives; default {DEFAULT_LOCK_TTL_S:g})")
     return seconds

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import redis
 from celery.signals import worker_ready, worker_shutdown
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from scenarios.run import load_run
 from scenarios.store import AGENTS, Layout, StoreError
@@ -46,15 +46,18 @@ SCAN_KEY = "baton:reaper"
 
 class ReaperSettings(BaseModel):
     interval_s: float = Field(default=5.0, ge=0)  # 0 turns the reaper off in this worker
+    lock_ttl_s: float = DEFAULT_LOCK_TTL_S  # the agent lock's (workers.lock_ttl), before the bound that outlasts it
     # Longer than the lock's TTL: a killed worker's lock must have expired before its run looks stalled.
-    stall_after_s: float = Field(default=20.0, gt=0)
-    lock_ttl_s: float = DEFAULT_LOCK_TTL_S
+    # Checked on the default too: a TTL set above 20 s needs a longer bound.
+    stall_after_s: float = Field(default=20.0, gt=0, validate_default=True)
 
-    @model_validator(mode="after")
-    def _stall_outlasts_the_lock(self) -> ReaperSettings:
-        if self.stall_after_s <= self.lock_ttl_s:
-            raise ValueError(f"must be above the agent lock's TTL ({self.lock_ttl_s:g} s, {LOCK_TTL_ENV})")
-        return self
+    @field_validator("stall_after_s")
+    @classmethod
+    def _outlasts_the_lock(cls, value: float, info: ValidationInfo) -> float:
+        ttl = info.data.get("lock_ttl_s", DEFAULT_LOCK_TTL_S)
+        if value <= ttl:
+            raise ValueError(f"must be above the agent lock's TTL ({ttl:g} s, {LOCK_TTL_ENV})")
+        return value
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReaperSettings:
@@ -68,8 +71,7 @@ class ReaperSettings(BaseModel):
         try:
             return cls.model_validate({**given, "lock_ttl_s": ttl})
         except ValidationError as exc:
-            problems = "; ".join(f"{e['loc'][0] if e['loc'] else 'stall_after_s'}: "
-                                 f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
+            problems = "; ".join(f"{e['loc'][0]}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
             raise StoreError(f"bad reaper settings ({problems}): set {INTERVAL_ENV} to seconds >= 0 (0 turns the "
                              f"reaper off) and {STALL_ENV} to seconds above the lock's {ttl:g} s") from None
 
