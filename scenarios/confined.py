@@ -1,5 +1,8 @@
 """A scenario folder reached through descriptors: no symlink followed, no hard-linked file, no race.
 
+This is the one way into a scenario folder for all of baton (``scenarios.folder`` is its face for
+baton's own code, ``agents.tools.paths`` for the agents' tools).
+
 The agents' file tools take paths the model wrote. Checking a path and then opening it by name is a
 race: a directory swapped for a symlink in between (``renameat2`` with ``RENAME_EXCHANGE``) leads the
 open out of the folder. So every access here starts from a descriptor of the scenario folder and opens
@@ -13,18 +16,26 @@ the folder through real directories only. On top of that:
   renames it there (``renameat``), so neither the temp file nor the result can land anywhere else;
 - FIFOs and devices are refused (opened non-blocking first, so a FIFO cannot hang the worker).
 
+Where the kernel has ``openat2`` (Linux 5.6+), a path is opened in one call with ``RESOLVE_BENEATH |
+RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS``: the kernel itself refuses any link and any step out of the
+folder, on every component. Elsewhere the component walk above does the same in user space. Either way a
+read is bounded: a regular file is checked with ``fstat`` on the open descriptor and read up to a limit
+(``TooLarge`` beyond it), so a FIFO, a device link or a 10 GB sparse file never hangs or floods a reader.
+``copy_tree`` copies a model-written folder as regular files and directories only and names what it refused.
+
 What stays outside this module's reach: a directory the folder's own processes move out of the folder
 while a descriptor to it is open (Bash and the samples see the scenario folder only, so they cannot).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -54,6 +65,58 @@ class IsFolder(StoreError):
 
 class Refused(StoreError):
     """The path leads through a symlink, or names a hard-linked or special file."""
+
+
+class TooLarge(Refused):
+    """A file, or a folder being copied, is larger than the reader's bound."""
+
+
+READ_LIMIT = 256 * 1024 * 1024  # what any one read of a scenario file may take unless its caller says less
+COPY_LIMIT = 1024 * 1024 * 1024  # what one copy of a model-written folder may take in all
+
+# openat2(2): one call resolves the whole path beneath a descriptor, the kernel refusing every link.
+_SYS_OPENAT2 = 437  # the same number on x86_64 and aarch64 (the generic table); other machines walk
+_RESOLVE = 0x02 | 0x04 | 0x08  # RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _load_openat2() -> Callable[[int, str, int], int] | None:
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+    except (OSError, AttributeError):
+        return None
+    syscall.restype = ctypes.c_long
+
+    def openat2(dir_fd: int, path: str, flags: int) -> int:
+        how = _OpenHow(flags, 0, _RESOLVE)
+        fd = syscall(_SYS_OPENAT2, dir_fd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+        return int(fd)
+
+    probe = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.close(openat2(probe, ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    except OSError:
+        return None  # ENOSYS (an older kernel), EPERM (a seccomp profile that forbids it): walk instead
+    finally:
+        os.close(probe)
+    return openat2
+
+
+_openat2 = _load_openat2()
+
+
+def kernel_resolves() -> bool:
+    """Whether paths are resolved by openat2 here (else by the component walk)."""
+    return _openat2 is not None
 
 
 def split(relative: str) -> Parts:
@@ -115,6 +178,12 @@ def directory(root: Path, parts: Sequence[str], *, create: bool = False) -> Iter
     """A descriptor of the folder ``root/parts``, reached one real directory at a time (made when ``create``)."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the folder itself is baton's own path
     try:
+        if parts and _openat2 is not None and not create:
+            inner = _beneath(fd, parts, _DIR_FLAGS)
+            if inner is not None:
+                os.close(fd)
+                fd = inner
+                parts = ()
         for i, name in enumerate(parts):
             inner = _open_dir(fd, name, tuple(parts[: i + 1]), create)
             os.close(fd)
@@ -122,6 +191,16 @@ def directory(root: Path, parts: Sequence[str], *, create: bool = False) -> Iter
         yield fd
     finally:
         os.close(fd)
+
+
+def _beneath(dir_fd: int, parts: Sequence[str], flags: int) -> int | None:
+    """``parts`` opened by the kernel beneath ``dir_fd`` with no link followed; None when that failed, so
+    that the component walk opens it again and words the precise error (which component, what it is)."""
+    assert _openat2 is not None
+    try:
+        return _openat2(dir_fd, "/".join(parts), flags)
+    except OSError:
+        return None
 
 
 def lstat(root: Path, parts: Sequence[str]) -> os.stat_result | None:
@@ -154,15 +233,23 @@ def open_file(root: Path, parts: Sequence[str]) -> Iterator[tuple[int, os.stat_r
     rel = shown(parts)
     if not parts:
         raise IsFolder(rel)
-    with directory(root, parts[:-1]) as dir_fd:
+    fd = None
+    if _openat2 is not None:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dir_fd)
-        except FileNotFoundError:
-            raise Missing(rel) from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise Refused(symlink_message(rel)) from None
-            raise
+            fd = _beneath(top, parts, _READ_FLAGS)
+        finally:
+            os.close(top)
+    if fd is None:
+        with directory(root, parts[:-1]) as dir_fd:
+            try:
+                fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dir_fd)
+            except FileNotFoundError:
+                raise Missing(rel) from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise Refused(symlink_message(rel)) from None
+                raise
     try:
         st = os.fstat(fd)
         check_regular(st, rel)
@@ -172,9 +259,24 @@ def open_file(root: Path, parts: Sequence[str]) -> Iterator[tuple[int, os.stat_r
         os.close(fd)
 
 
-def read_bytes(root: Path, parts: Sequence[str]) -> bytes:
-    with open_file(root, parts) as (fd, _), os.fdopen(os.dup(fd), "rb") as fh:
-        return fh.read()
+def read_bytes(root: Path, parts: Sequence[str], *, limit: int = READ_LIMIT) -> bytes:
+    """The content of the regular file ``root/parts``, at most ``limit`` bytes (TooLarge beyond: a file
+    can grow while it is read, so the bound is on what is read, not only on fstat's size)."""
+    with open_file(root, parts) as (fd, st):
+        return read_bounded(fd, st, shown(parts), limit)
+
+
+def read_bounded(fd: int, st: os.stat_result, rel: str, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the open regular file ``fd``; TooLarge when it holds more."""
+    if st.st_size > limit:
+        raise TooLarge(f"{rel} holds {st.st_size} bytes, more than the {limit} this reader takes")
+    chunks, total = [], 0
+    while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise TooLarge(f"{rel} grew past the {limit} bytes this reader takes while it was read")
+    return b"".join(chunks)
 
 
 def write_atomic(root: Path, parts: Sequence[str], data: str | bytes, lease: Lease | None = None,
@@ -243,3 +345,169 @@ def walk(root: Path, parts: Sequence[str]) -> Iterator[Parts]:
             elif entry.is_dir(follow_symlinks=False):
                 subfolders.append((*here, entry.name))
         pending.extend(reversed(subfolders))
+
+
+def kind(root: Path, parts: Sequence[str]) -> str | None:
+    """What is at ``root/parts`` without following it: "file", "folder", "link", "special", or None."""
+    try:
+        st = lstat(root, parts)
+    except Refused:
+        return "link"  # a link on the way there: nothing reachable at that path
+    if st is None:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "link"
+    if stat.S_ISDIR(st.st_mode):
+        return "folder"
+    return "file" if stat.S_ISREG(st.st_mode) else "special"
+
+
+def describe(st: os.stat_result) -> str:
+    """What a refused entry is, in words."""
+    mode = st.st_mode
+    for test, word in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return word
+    if stat.S_ISREG(mode) and st.st_nlink > 1:
+        return f"a file with {st.st_nlink} hard links"
+    return "not a regular file"
+
+
+def copy_tree(root: Path, parts: Sequence[str], dest: Path, *, skip: Callable[[str], bool] = lambda _: False,
+              limit_bytes: int = COPY_LIMIT) -> list[str]:
+    """Copy the folder ``root/parts`` into ``dest`` (made; baton's own, empty) as regular files and
+    directories only, each reached by descriptor without following a link. Returns what was refused, as
+    "path: what it is" (a symlink, a FIFO, a device, a hard-linked file), relative to ``root/parts``;
+    names ``skip`` accepts are left out silently. TooLarge once the copy would pass ``limit_bytes``."""
+    refused: list[str] = []
+    copied = [0]
+    dest.mkdir(parents=True, exist_ok=True)
+    with directory(root, parts) as fd:
+        _copy_into(fd, Path(dest), (), skip, refused, copied, limit_bytes)
+    return refused
+
+
+def _copy_into(dir_fd: int, dest: Path, here: Parts, skip: Callable[[str], bool], refused: list[str],
+               copied: list[int], limit: int) -> None:
+    with os.scandir(dir_fd) as it:
+        names = sorted(entry.name for entry in it)
+    for name in names:
+        rel = shown((*here, name))
+        if skip(name):
+            continue
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                inner = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                refused.append(f"{rel}: changed while it was copied")
+                continue
+            try:
+                (dest / name).mkdir()
+                _copy_into(inner, dest / name, (*here, name), skip, refused, copied, limit)
+            finally:
+                os.close(inner)
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            refused.append(f"{rel}: {describe(st)}, not copied")
+            continue
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            refused.append(f"{rel}: changed while it was copied")
+            continue
+        try:
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode) or opened.st_nlink > 1:  # swapped between the stat and the open
+                refused.append(f"{rel}: {describe(opened)}, not copied")
+                continue
+            os.set_blocking(fd, True)
+            data = read_bounded(fd, opened, rel, limit - copied[0])
+        finally:
+            os.close(fd)
+        copied[0] += len(data)
+        target = os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o755 if opened.st_mode & 0o111 else 0o644)
+        with os.fdopen(target, "wb") as fh:
+            fh.write(data)
+
+
+def append_line(root: Path, parts: Sequence[str], line: bytes, lease: Lease | None = None) -> None:
+    """Append ``line`` (one record and its newline) to the regular file ``root/parts``, made if missing,
+    and fsync; a torn line an earlier crash left is ended first, so it stays one bad line."""
+    if not parts:
+        raise StoreError("give a file path, not the scenario folder itself")
+    rel = shown(parts)
+    with directory(root, parts[:-1], create=True) as dir_fd, landing(lease, Path(root, *parts)):
+        try:
+            fd = os.open(parts[-1], os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Refused(symlink_message(rel)) from None
+            raise
+        try:
+            check_regular(os.fstat(fd), rel)
+            os.set_blocking(fd, True)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+        except BaseException:
+            os.close(fd)
+            raise
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_tree(root: Path, parts: Sequence[str]) -> list[str]:
+    """Delete the folder ``root/parts`` and everything below it, by descriptor: a link is removed, never
+    entered. Returns what could not be removed (as "path: why"); nothing there is no error."""
+    if not parts:
+        raise StoreError("the scenario folder itself is not removed this way")
+    left: list[str] = []
+    try:
+        with directory(root, parts[:-1]) as parent:
+            _remove_in(parent, parts[-1], shown(parts), left)
+    except (Missing, Refused):
+        pass
+    return left
+
+
+def _remove_in(dir_fd: int, name: str, rel: str, left: list[str]) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            inner = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            left.append(f"{rel}: {exc.strerror}")
+            return
+        try:
+            with os.scandir(inner) as it:
+                names = [entry.name for entry in it]
+            for child in names:
+                _remove_in(inner, child, f"{rel}/{child}", left)
+        finally:
+            os.close(inner)
+        try:
+            os.rmdir(name, dir_fd=dir_fd)
+        except OSError as exc:
+            left.append(f"{rel}: {exc.strerror}")
+        return
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        left.append(f"{rel}: {exc.strerror}")

@@ -145,11 +145,16 @@ class JsonlRead:
 
 def read_jsonl(path: Path) -> JsonlRead:
     """All records of a ``.jsonl`` file; unparsable lines are reported, never fatal."""
-    out = JsonlRead()
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
-        return out
+        return JsonlRead()
+    return parse_jsonl(raw)
+
+
+def parse_jsonl(raw: bytes) -> JsonlRead:
+    """The records of a ``.jsonl`` file's bytes; unparsable lines are reported, a torn last line flagged."""
+    out = JsonlRead()
     lines = raw.split(b"\n")
     ends_clean = raw.endswith(b"\n") or not raw
     for number, line in enumerate(lines, start=1):
