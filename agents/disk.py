@@ -35,7 +35,8 @@ from context.messages import Message, TextBlock, ToolResultBlock, parse_message
 from context.redaction import redact_message
 from scenarios.jsonl_cache import JsonlCache, Problem
 from scenarios.lease import Lease
-from scenarios.store import Layout, append_jsonl, read_json, write_json
+from scenarios.folder import Folder
+from scenarios.store import Layout
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,11 @@ class AgentDisk:
     lease: Lease | None = None  # set by claim: the writes below land only while it is current
     owed: list[Event] = field(default_factory=list)  # events the log shows but events.jsonl lacks
 
+    @property
+    def folder(self) -> Folder:
+        """The one way into the scenario folder (scenarios.folder)."""
+        return Folder(self.layout.root)
+
     @classmethod
     def claim(cls, root: Path, agent: Role) -> AgentDisk:
         """Take the agent's lease (every earlier writer's is lost), load, and write the events a crash left owed."""
@@ -130,15 +136,15 @@ class AgentDisk:
     @classmethod
     def load(cls, root: Path, agent: Role, lease: Lease | None = None) -> AgentDisk:
         disk = cls(Layout(Path(root)), agent, lease=lease)
-        log = LOG_FILES.read(disk.layout.log(agent))
+        log = LOG_FILES.read(disk.layout.log(agent), disk.folder)
         disk.records = log.items
         disk.problems += log.record_problems + [f"{disk.layout.log(agent).name} {p}" for p in log.line_problems]
         disk.events, event_problems = read_events(disk.layout.events(agent))
         disk.problems += event_problems
         path = disk.layout.state(agent) / "agent.json"
-        if path.exists():
+        if disk.folder.exists(path):
             try:
-                disk.state = AgentState.model_validate(read_json(path, f"{agent} agent state"))
+                disk.state = AgentState.model_validate(disk.folder.read_json(path, f"{agent} agent state"))
             except ValueError as exc:  # a broken state file costs calibration, never the run
                 disk.problems.append(f"{path.name} unreadable, starting fresh: {exc}")
         disk.owed = disk._owed_events()
@@ -224,7 +230,7 @@ class AgentDisk:
     def append(self, kind: str, step: int, iteration: int, message: Message, **extra: Any) -> LogRecord:
         rec = LogRecord(seq=len(self.records) + 1, kind=kind, step=step, iteration=iteration,
                         message=redact_message(message).stored, at=now(), **extra)
-        append_jsonl(self.layout.log(self.agent), rec.model_dump(exclude_none=True), self.lease)
+        self.folder.append_jsonl(self.layout.log(self.agent), rec.model_dump(exclude_none=True), self.lease)
         self.records.append(rec)
         return rec
 
@@ -233,7 +239,8 @@ class AgentDisk:
         self.events.append(event)
 
     def save_state(self) -> None:
-        write_json(self.layout.state(self.agent) / "agent.json", self.state.model_dump(mode="json"), self.lease)
+        self.folder.write_json(self.layout.state(self.agent) / "agent.json", self.state.model_dump(mode="json"),
+                               self.lease)
 
     def archive(self, tool_use_id: str) -> Path:
         # The same path the compressed results point the agent to.
@@ -245,8 +252,9 @@ def note_discarded(layout: Layout, agent: Role, step: int, reason: str) -> None:
     ``discarded.jsonl`` (what ``baton status`` reports). The only write such a writer makes, without the
     lease on purpose, and never into a state folder that was archived."""
     log.warning("%s step %d: %s", agent, step, reason)
-    if layout.state(agent).is_dir():
-        append_jsonl(layout.state(agent) / "discarded.jsonl", {"at": now(), "step": step, "reason": reason})
+    folder = Folder(layout.root)
+    if folder.is_dir(layout.state(agent)):
+        folder.append_jsonl(layout.state(agent) / "discarded.jsonl", {"at": now(), "step": step, "reason": reason})
 
 
 def accepted_handoff(block: ToolResultBlock) -> bool:

@@ -19,7 +19,7 @@ from context.compaction_event import CompactionEvent
 from context.redaction import redact_value
 from scenarios.jsonl_cache import JsonlCache, Problem
 from scenarios.lease import Lease
-from scenarios.store import append_jsonl
+from scenarios.folder import of_state
 
 
 def now() -> str:
@@ -150,7 +150,7 @@ def event_record(event: Event) -> dict[str, Any]:
 
 def append_event(path: Path, event: Event, lease: Lease | None = None) -> None:
     """Append ``event``'s line (under ``lease`` when given: ``scenarios.lease``)."""
-    append_jsonl(path, event_record(event), lease)
+    of_state(path).append_jsonl(path, event_record(event), lease)
 
 
 def parse_event(raw: Any) -> Event:
@@ -171,5 +171,5 @@ EVENT_FILES = JsonlCache(_event_or_problem)  # events are frozen models: reads m
 
 def read_events(path: Path) -> tuple[list[Event], list[str]]:
     """The events of one file, and a line per record that could not be read."""
-    parsed = EVENT_FILES.read(path)
+    parsed = EVENT_FILES.read(path, of_state(path))
     return parsed.items, [f"{path.name} {p}" for p in parsed.line_problems + parsed.record_problems]

@@ -27,7 +27,7 @@ from typing import Any
 from scenarios import confined
 from scenarios.confined import READ_LIMIT, Missing, Refused
 from scenarios.lease import Lease
-from scenarios.store import JsonlRead, StoreError, json_text, parse_jsonl
+from scenarios.store import AGENTS, JsonlRead, StoreError, json_text, parse_jsonl
 
 PathLike = Path | str
 
@@ -174,3 +174,13 @@ class Folder:
 def of(path: Path) -> Folder:
     """The folder of a scenario root given as a path (resolved once: baton's own path)."""
     return Folder(Path(os.path.abspath(path)))
+
+
+def of_state(path: Path) -> Folder:
+    """The scenario folder of a path ``Layout`` made under ``<root>/state/<agent>/`` (logs, events, agent.json):
+    the root is the parent of the last ``state/<agent>`` pair on the path."""
+    parts = Path(os.path.abspath(path)).parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == "state" and parts[i + 1] in AGENTS:
+            return Folder(Path(*parts[:i]))
+    raise StoreError(f"{path} is not under a scenario's state/<agent>/ folder")

@@ -13,23 +13,21 @@ runs the call again on exactly what it first saw.
 
 ``FileWriter`` is the one interface tools write through; ``Direct`` is the
 journal-less form (a lease, or nothing) for callers outside a step. Both write
-the scenario folder's files through ``scenarios.confined`` when they know the
-folder: reached by descriptor, never through a symlink, the temp file beside
-the target.
+the scenario folder's files through ``scenarios.confined``, the one way into it:
+reached by descriptor, never through a symlink, the temp file beside the target.
+The journal's own files, in ``state/``, go the same way.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from scenarios import confined
+from scenarios.folder import Folder
 from scenarios.lease import Lease
-from scenarios.store import append_jsonl, json_text, landing, read_jsonl, remove, write_atomic
+from scenarios.store import json_text, landing
 
 
 class FileWriter(Protocol):
@@ -40,22 +38,18 @@ class FileWriter(Protocol):
 
 @dataclass(frozen=True)
 class Direct:
-    """Writes that land at once (under ``lease`` when given), with no undo; confined to ``root`` when given."""
+    """Writes that land at once (under ``lease`` when given), with no undo, confined to the scenario folder
+    ``root`` like every write (there is no unconfined form: ``baton evaluate`` once wrote traces through a
+    planted symlink with one)."""
 
+    root: Path
     lease: Lease | None = None
-    root: Path | None = None
 
     def write(self, path: Path, data: str | bytes) -> None:
-        if self.root is None:
-            write_atomic(path, data, self.lease)
-        else:
-            confined.write_atomic(self.root, confined.parts_under(self.root, path), data, self.lease)
+        confined.write_atomic(self.root, confined.parts_under(self.root, path), data, self.lease)
 
     def unlink(self, path: Path) -> None:
-        if self.root is None:
-            remove(path, self.lease)
-        else:
-            confined.unlink(self.root, confined.parts_under(self.root, path), self.lease)
+        confined.unlink(self.root, confined.parts_under(self.root, path), self.lease)
 
 
 @dataclass
@@ -91,42 +85,52 @@ class Journal:
         saved, mtime_ns = None, None
         st = confined.lstat(self.root, parts)
         if st is not None:  # a file of this folder alone (a symlink or a hard link is refused, never read)
-            with confined.open_file(self.root, parts) as (fd, st), open(os.dup(fd), "rb") as fh:
+            with confined.open_file(self.root, parts) as (fd, st):
                 saved, mtime_ns = f"{len(self._saved)}.before", st.st_mtime_ns
-                write_atomic(self.folder / saved, fh.read(), self.lease)
+                self._own.write_atomic(self.folder / saved, confined.read_bounded(fd, st, key, confined.READ_LIMIT),
+                                       self.lease)
         # The modification time too: the Read and Write tools compare it to tell the agent about outside edits.
-        append_jsonl(self.manifest, {"path": key, "saved": saved, "mtime_ns": mtime_ns}, self.lease)
+        self._own.append_jsonl(self.manifest, {"path": key, "saved": saved, "mtime_ns": mtime_ns}, self.lease)
         self._saved.add(key)
 
     def rollback(self) -> int:
         """Put every path this call changed back as it was (newest change first); returns how many."""
-        entries = read_jsonl(self.manifest).records  # a torn last line: that change never happened
+        entries = self._own.read_jsonl(self.manifest).records  # a torn last line: that change never happened
         for entry in reversed(entries):
             parts = confined.split(entry["path"])
             if entry["saved"] is None:
                 confined.unlink(self.root, parts, self.lease)
             else:
-                before = (self.folder / entry["saved"]).read_bytes()
+                before = self._own.read_bytes(self.folder / entry["saved"])
                 confined.write_atomic(self.root, parts, before, self.lease, mtime_ns=entry["mtime_ns"])
         self.drop()
         return len(entries)
 
     def keep_memory(self, memory: dict[str, Any]) -> None:
         """The tools' memory after the call, kept until the step has saved it with the call's result."""
-        write_atomic(self.folder / "memory.json", json_text(memory), self.lease)
+        self._own.write_atomic(self.folder / "memory.json", json_text(memory), self.lease)
 
     def kept_memory(self) -> dict[str, Any] | None:
         path = self.folder / "memory.json"
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        return self._own.read_json(path, "a tool call's kept memory") if self._own.exists(path) else None
+
+    def exists(self) -> bool:
+        """Whether this call's undo log is on disk (a crash left it, or the call is running)."""
+        return self._own.is_dir(self.folder)
 
     def drop(self) -> None:
         """Forget the undo log: the call's result is archived, its changes stand."""
-        if self.folder.exists():
+        if self._own.exists(self.folder):
             with landing(self.lease, self.folder):
-                shutil.rmtree(self.folder, ignore_errors=True)
+                self._own.remove_tree(self.folder)
                 try:
                     self.folder.parent.rmdir()  # journal/ itself, when no other call's log is left
                 except OSError:
                     pass
         self._saved.clear()
+
+    @property
+    def _own(self) -> Folder:
+        """The journal's own files, under state/: through the same way in as the files it guards."""
+        return Folder(self.root)
 

@@ -26,6 +26,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from scenarios.confined import Missing
+from scenarios.folder import Folder
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -79,10 +82,12 @@ class JsonlCache(Generic[T]):
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def read(self, path: Path) -> Parsed[T]:
+    def read(self, path: Path, folder: Folder | None = None) -> Parsed[T]:
+        """The file's items (none when it is missing), read through the one way into ``folder`` (its scenario
+        folder; by default the folder the file is in, which the caller trusts)."""
         try:
-            raw = Path(path).read_bytes()
-        except FileNotFoundError:
+            raw = (folder or Folder(Path(path).parent)).read_bytes(path)
+        except Missing:
             return Parsed()
         key = str(path)
         with self._lock:

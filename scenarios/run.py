@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from scenarios.confined import Missing, Refused
+from scenarios.folder import Folder
 from scenarios.lease import Lease
-from scenarios.store import Layout, StoreError, write_atomic, write_json
+from scenarios.store import Layout, StoreError
+
+RUN_JSON_BYTES = 4 * 1024 * 1024  # a run record is a few kilobytes; more is not one
 
 Phase = Literal["designing", "awaiting_approval", "executing", "done"]
 Status = Literal["running", "waiting", "succeeded", "failed_target", "error"]
@@ -58,12 +61,11 @@ def load_run(root: Path) -> RunRecord | None:
     """The run record, ``None`` if the scenario was never run, StoreError if it is unreadable."""
     path = Layout(Path(root)).run_json
     try:
-        raw = path.read_bytes()  # decoded by json.loads: bad bytes are a corrupted file too
-    except FileNotFoundError:
-        return None
-    try:
+        raw = Folder(Path(root)).read_bytes(path, RUN_JSON_BYTES)  # bad bytes are a corrupted file too
         return RunRecord.model_validate(json.loads(raw))
-    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
+    except Missing:
+        return None
+    except (Refused, json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
         raise StoreError(
             f"{path} is corrupted ({_problems(exc)}). Nothing was changed and the agents' logs and outputs are "
             f"intact; `baton resume {Path(root).name} --rebuild` rebuilds it from them (the broken file is kept "
@@ -74,7 +76,7 @@ def load_run(root: Path) -> RunRecord | None:
 def _problems(exc: Exception) -> str:
     """Every missing or wrong field (pydantic stops at none), or where the JSON breaks."""
     if not isinstance(exc, ValidationError):
-        return str(exc).splitlines()[0][:200]
+        return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg'].lower()}"
                      + (f" (got {e['input']!r})" if e["type"] != "missing" else "") for e in exc.errors())
 
@@ -86,11 +88,10 @@ STATE_LOCK = ".lock"  # state/.lock: the scenario lock (workers.scenario_lock), 
 def copy_scenario(source: Path, target: Path) -> Path:
     """A fresh copy of a scenario folder: its definition, none of its run outputs, named after its new
     folder (scenario.toml's ``name`` is the folder's: a run refuses any other)."""
-    ignore = shutil.ignore_patterns(*RUN_OUTPUTS, "runs", "__pycache__")
-    shutil.copytree(source, target, ignore=ignore)
-    toml = Path(target) / "scenario.toml"
-    if toml.is_file():
-        write_atomic(toml, renamed_toml(toml.read_text(encoding="utf-8"), Path(target).name))
+    Folder(Path(source)).copy_tree("", Path(target), skip=lambda name: name in (*RUN_OUTPUTS, "runs", "__pycache__"))
+    copy = Folder(Path(target))
+    if copy.is_file("scenario.toml"):
+        copy.write_atomic("scenario.toml", renamed_toml(copy.read_text("scenario.toml"), Path(target).name))
     return target
 
 
@@ -122,8 +123,8 @@ def example_copied(root: Path) -> str | None:
     under another name (``baton new NAME --from EXAMPLE``); None for the example itself or any other brief."""
     root = Path(root)
     try:
-        brief = " ".join((root / "brief.md").read_text(encoding="utf-8").split())
-    except (OSError, UnicodeDecodeError):
+        brief = " ".join(Folder(root).read_text("brief.md").split())
+    except (OSError, StoreError):
         return None
     for folder in sorted(EXAMPLES_DIR.iterdir()):
         source = shipped_example(folder.name)
@@ -149,7 +150,9 @@ def archive_run(root: Path) -> Path | None:
     """Move a finished run's outputs to ``runs/<started_at>/`` so a new run starts clean
     and nothing of the old one is lost. Returns the archive folder."""
     root = Path(root)
-    present = [name for name in RUN_OUTPUTS if (root / name).exists() and not _only_the_lock(root / name)]
+    folder = Folder(root)
+    # A link in the folder's place is archived as a link (a rename moves the link, never its target).
+    present = [name for name in RUN_OUTPUTS if folder.exists(name) and not _only_the_lock(folder, name)]
     if not present:
         return None
     record = load_run(root)
@@ -161,20 +164,21 @@ def archive_run(root: Path) -> Path | None:
         target = root / "runs" / f"{stamp}-{n}"
     target.mkdir(parents=True)
     for name in present:
-        if name == "state" and (root / name / STATE_LOCK).exists():
+        if name == "state" and folder.exists(f"{name}/{STATE_LOCK}"):
             # The scenario lock stays where its holder (the command archiving this) and others look for it.
             (target / name).mkdir()
-            for child in (root / name).iterdir():
-                if child.name != STATE_LOCK:
-                    child.rename(target / name / child.name)
+            for child in folder.names(name, kinds=("file", "folder", "link", "special")):
+                if child != STATE_LOCK:
+                    (root / name / child).rename(target / name / child)
         else:
             (root / name).rename(target / name)
     return target
 
 
-def _only_the_lock(path: Path) -> bool:
+def _only_the_lock(folder: Folder, name: str) -> bool:
     """state/ holding nothing but the scenario lock (or nothing at all): no run to archive."""
-    return path.is_dir() and {child.name for child in path.iterdir()} <= {STATE_LOCK}
+    every = ("file", "folder", "link", "special")
+    return folder.is_dir(name) and set(folder.names(name, kinds=every)) <= {STATE_LOCK}
 
 
 def claim_run(root: Path) -> Lease:
@@ -185,5 +189,5 @@ def claim_run(root: Path) -> Lease:
 def save_run(root: Path, record: RunRecord, lease: Lease | None = None) -> RunRecord:
     """Write ``record`` as run.json; with ``lease``, only while it is current (LeaseLost otherwise)."""
     record = record.model_copy(update={"updated_at": now()})
-    write_json(Layout(Path(root)).run_json, record.model_dump(mode="json"), lease)
+    Folder(Path(root)).write_json(Layout(Path(root)).run_json, record.model_dump(mode="json"), lease)
     return record

@@ -165,7 +165,7 @@ def run_evaluation(
 ) -> dict[str, Any]:
     """Evaluate ``execution_outputs/iteration_<n>`` sample by sample and write results.jsonl,
     report.json and traces/ through ``files`` (a step's journal, or directly); returns the report."""
-    files = files or Direct()
+    files = files or Direct(Path(root))
     started = time.monotonic()
     out_dir = Layout(Path(root)).outputs(iteration)
     check_folders(out_dir, iteration)

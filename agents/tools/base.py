@@ -42,12 +42,12 @@ class ToolContext:
     memory: dict[str, Any] = field(default_factory=dict)
     # How the tool writes files: in a step, the call's journal (undone if the call must run again,
     # and fenced by the step's lease: scenarios.journal); elsewhere, directly.
-    files: FileWriter = field(default_factory=Direct)
+    files: FileWriter | None = None
 
     def __post_init__(self) -> None:
         # Direct writes are confined to the folder too (scenarios.confined), as a step's journal's are.
-        if isinstance(self.files, Direct) and self.files.root is None:
-            self.files = Direct(self.files.lease, self.root)
+        if self.files is None:
+            self.files = Direct(self.root)
 
     @property
     def layout(self) -> Layout:
