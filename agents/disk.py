@@ -33,9 +33,9 @@ from context.history import History
 from context.identity_memo import IdentityMemo
 from context.messages import Message, TextBlock, ToolResultBlock, parse_message
 from context.redaction import redact_message
+from scenarios.folder import Folder
 from scenarios.jsonl_cache import JsonlCache, Problem
 from scenarios.lease import Lease
-from scenarios.folder import Folder
 from scenarios.store import Layout
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from context.compaction_event import CompactionEvent
 from context.redaction import redact_value
+from scenarios.folder import of_state
 from scenarios.jsonl_cache import JsonlCache, Problem
 from scenarios.lease import Lease
-from scenarios.folder import of_state
 
 
 def now() -> str:

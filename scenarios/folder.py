@@ -30,6 +30,9 @@ from scenarios.lease import Lease
 from scenarios.store import AGENTS, JsonlRead, StoreError, json_text, parse_jsonl
 
 PathLike = Path | str
+# What one record baton reads whole may take: a report, a handoff, settings, a sample. Kilobytes in practice;
+# the bound is what keeps a planted 10 GB file from being read into memory.
+RECORD_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,15 @@ class Folder:
 def of(path: Path) -> Folder:
     """The folder of a scenario root given as a path (resolved once: baton's own path)."""
     return Folder(Path(os.path.abspath(path)))
+
+
+def scenario_folders(scenarios_dir: Path, marker: str = "scenario.toml") -> list[Path]:
+    """The real folders in ``scenarios_dir`` that hold a regular file ``marker``, sorted (a link is no scenario)."""
+    every = Folder(Path(scenarios_dir))
+    if every.kind("") != "folder":
+        return []
+    names = every.names("", kinds=("folder",))
+    return [every.root / name for name in names if Folder(every.root / name).is_file(marker)]
 
 
 def of_state(path: Path) -> Folder:

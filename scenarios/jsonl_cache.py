@@ -26,10 +26,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from scenarios.confined import Missing
 from scenarios.folder import Folder
-from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 # Of file content per cache; parsed, it takes about 4x that in memory. The example's logs end at about

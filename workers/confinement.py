@@ -3,7 +3,6 @@ off (BATON_EVAL_SANDBOX=none, ``bash_sandbox = "none"``), and status says so eve
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -12,6 +11,7 @@ from pathlib import Path
 from agents.config import ConfigError
 from agents.sandbox.policy import EVAL_SANDBOX_ENV, evaluation_sandbox
 from agents.settings_layers import resolve_agents
+from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import StoreError
 
 
@@ -37,13 +37,12 @@ def unconfined(root: Path, env: Mapping[str, str] | None = None) -> list[str]:
 
 
 def _last_report_unconfined(root: Path) -> int | None:
-    outputs = root / "execution_outputs"
-    numbers = sorted((int(m.group(1)) for p in (outputs.iterdir() if outputs.is_dir() else [])
-                      if (m := re.fullmatch(r"iteration_(\d+)", p.name))), reverse=True)
+    folder = Folder(root)
+    numbers = sorted((int(m.group(1)) for name in folder.names("execution_outputs", kinds=("folder",))
+                      if (m := re.fullmatch(r"iteration_(\d+)", name))), reverse=True)
     for number in numbers:
-        try:
-            report = json.loads((outputs / f"iteration_{number}" / "report.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        report = folder.read_json_or_none(f"execution_outputs/iteration_{number}/report.json", RECORD_BYTES)
+        if report is None:
             continue
         return number if isinstance(report, dict) and report.get("sandbox") == "none" else None
     return None

@@ -15,6 +15,7 @@ from rich.text import Text
 from agents.config import ConfigError
 from agents.evaluation.run import EvaluationError, run_evaluation
 from agents.settings_layers import resolve_config
+from scenarios.folder import Folder
 from scenarios.run import load_run
 from scenarios.store import Layout
 from workers import loop
@@ -39,7 +40,7 @@ def evaluate(
         raise CliError(f"{name} is {phase} (run.json): its agents may be writing the iteration now",
                        f"wait until it stops or finishes (`baton status {name}`), then evaluate again")
     chosen = iteration or last_iteration(root)
-    if not Layout(root).outputs(chosen).is_dir():
+    if not Folder(root).is_dir(Layout(root).outputs(chosen)):
         have = ", ".join(map(str, iterations(root))) or "none"
         raise CliError(f"{name} has no execution_outputs/iteration_{chosen}/ (iterations with outputs: {have})",
                        "pass one of those to --iteration, or leave it out for the last one")
@@ -55,9 +56,10 @@ def evaluate(
 
 def iterations(root: Path) -> list[int]:
     """Every ``execution_outputs/iteration_<n>`` that holds anything, in order."""
-    outputs = root / "execution_outputs"
-    return sorted(int(m.group(1)) for p in (outputs.iterdir() if outputs.is_dir() else [])
-                  if (m := re.fullmatch(r"iteration_(\d+)", p.name)) and p.is_dir() and any(p.iterdir()))
+    folder = Folder(root)
+    return sorted(int(m.group(1)) for name in folder.names("execution_outputs", kinds=("folder",))
+                  if (m := re.fullmatch(r"iteration_(\d+)", name))
+                  and folder.names(f"execution_outputs/{name}", kinds=("file", "folder", "link", "special")))
 
 
 def last_iteration(root: Path) -> int:

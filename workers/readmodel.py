@@ -28,8 +28,9 @@ from agents.events import (
 from agents.export.tryout import read_tryout
 from agents.settings_layers import load_scenario_config, resolve_agents
 from context.assembly import Assembled
+from scenarios.folder import scenario_folders
 from scenarios.run import RunRecord, load_run
-from scenarios.store import AGENTS, Layout, read_jsonl
+from scenarios.store import AGENTS, Layout
 from workers.app import broker_url, mask_secrets
 from workers.pinning import pins_of
 from workers.scenario_lock import Holder, holder
@@ -145,7 +146,7 @@ def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
             view.errors.append(f"step {event.step}: {event.reason}")
     if detailed:
         view.breaker = disk.state.breaker.status
-        for note in read_jsonl(disk.layout.state(role) / "discarded.jsonl").records:  # scenarios.lease
+        for note in disk.folder.read_jsonl(disk.layout.state(role) / "discarded.jsonl").records:  # scenarios.lease
             view.warnings.append(f"step {note.get('step')}: a writer that lost its lease was stopped, its work "
                                  f"discarded ({note.get('at')}); the newer writer went on")
     return view
@@ -243,7 +244,7 @@ def ping_workers() -> tuple[list[str] | None, str | None]:
 
 def scenario_roots(folder: Path) -> list[Path]:
     """The scenario folders in ``folder``: those with a scenario.toml."""
-    return sorted(p for p in folder.glob("*") if (p / "scenario.toml").is_file()) if folder.is_dir() else []
+    return scenario_folders(folder)
 
 
 def status_json(root: Path) -> dict[str, Any]:

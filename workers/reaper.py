@@ -32,6 +32,7 @@ import redis
 from celery.signals import worker_ready, worker_shutdown
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
+from scenarios.folder import Folder, scenario_folders
 from scenarios.run import load_run
 from scenarios.store import AGENTS, Layout, StoreError
 from workers.lock_ttl import DEFAULT_LOCK_TTL_S, LOCK_TTL_ENV, lock_ttl_s
@@ -82,7 +83,8 @@ def last_progress(root: Path) -> float:
     paths = [layout.run_json, layout.run_lease]
     for agent in AGENTS:
         paths += [layout.log(agent), layout.events(agent), layout.state(agent) / "agent.json", layout.lease(agent)]
-    times = [p.stat().st_mtime for p in paths if p.exists()]
+    folder = Folder(root)
+    times = [t for p in paths if (t := folder.mtime(p)) is not None]
     return max(times, default=0.0)
 
 
@@ -102,7 +104,7 @@ def reap(folder: Path, client: redis.Redis, settings: ReaperSettings,
         return {}  # another worker scanned moments ago
     now = time.time() if now is None else now
     healed: dict[str, list[Task]] = {}
-    for root in sorted(p.parent for p in folder.glob("*/run.json")):
+    for root in scenario_folders(folder, "run.json"):
         try:
             if not stalled(root, client, settings, now):
                 continue

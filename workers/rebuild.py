@@ -9,7 +9,6 @@ phase the run was in (``workers.loop._next_phase``, ``_after_execute``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -21,6 +20,7 @@ from agents.disk import AgentDisk
 from agents.events import StepEvent, read_events
 from agents.payloads import ExecuteToInit
 from agents.settings_layers import PROFILES, load_scenario_config, resolve_agents
+from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.run import IterationResult, RunRecord, claim_run, load_run, now, save_run
 from scenarios.store import AGENTS, Layout, StoreError
 from workers.dispatch import busy_error
@@ -40,11 +40,12 @@ def rebuild_run(root: Path, profile: str | None = None) -> Rebuilt:
     settings = load_scenario_config(layout.toml)
     disks = {role: AgentDisk.load(root, role) for role in AGENTS}
     last_steps = {role: _last_step(layout, role) for role in AGENTS}
-    finished = [k for k in _iterations(layout) if handoff_file(root, k, "execute").exists()]
+    folder = Folder(root)
+    finished = [k for k in _iterations(layout) if folder.is_file(handoff_file(root, k, "execute"))]
     results = [_result(root, k) for k in finished]
     n = max(disks["init"].iteration(), disks["execute"].iteration(), 1)
     executed = disks["execute"].iteration()  # the last iteration Execute opened (0: none yet)
-    approved = [k for k in range(1, executed + 1) if (layout.handoffs(k) / "approval.json").exists()]
+    approved = [k for k in range(1, executed + 1) if folder.is_file(layout.handoffs(k) / "approval.json")]
     auto = executed > len(approved)  # an iteration reached Execute with no approval written
     inferred = [f"iterations with a report: {', '.join(map(str, finished)) or 'none'}; "
                 f"success rates: {', '.join(f'it{r.iteration} {r.success_rate:.0%}' for r in results) or '-'} "
@@ -58,8 +59,10 @@ def rebuild_run(root: Path, profile: str | None = None) -> Rebuilt:
     if phase == "designing" and results and results[-1].iteration == n:
         n += 1  # Execute's report is in and the target missed: the next design is due
     inferred.insert(2, f"phase {phase}, status {status} (the handoffs and turns of iteration {n})")
-    rejections = sorted(layout.handoffs(n).glob("rejection_*.json"), key=lambda p: int(p.stem.split("_")[1]))
-    feedback = json.loads(rejections[-1].read_text(encoding="utf-8")).get("feedback") if rejections else None
+    rejections = sorted((p for p in folder.glob(layout.handoffs(n), "rejection_*.json", kinds=("file",))
+                         if p.stem.split("_")[1].isdigit()), key=lambda p: int(p.stem.split("_")[1]))
+    last = folder.read_json_or_none(rejections[-1], RECORD_BYTES) if rejections else None
+    feedback = last.get("feedback") if isinstance(last, dict) else None
     if feedback:
         inferred.append(f"the last rejection's feedback ({rejections[-1].relative_to(root)})")
     chosen, why = _profile(root, profile, last_steps)
@@ -91,7 +94,7 @@ def _rebuild_and_show(root: Path, profile: str | None) -> None:
     if _readable(root):
         raise StoreError(f"{Layout(root).run_json} is readable: nothing to rebuild; `baton resume {root.name}` "
                          "continues from it (--rebuild replaces a corrupted or missing run.json)")
-    if not any(Layout(root).state(role).exists() for role in AGENTS):
+    if not any(Folder(root).is_dir(Layout(root).state(role)) for role in AGENTS):
         raise StoreError(f"{root.name} has never run: there is nothing to rebuild from; start it with "
                          f"`baton run {root.name}`")
     rebuilt = rebuild_run(root, profile)
@@ -108,7 +111,7 @@ def replace_run_json(root: Path, rebuilt: Rebuilt) -> Path | None:
     path = Layout(root).run_json
     lease = claim_run(root)
     kept = None
-    if path.exists():
+    if Folder(root).exists(path):  # whatever is there (a link too) is moved aside, never followed
         kept = path.with_name(f"run.json.broken-{now().replace(':', '').replace('+0000', 'Z')}")
         path.rename(kept)
     save_run(root, rebuilt.record, lease)
@@ -123,8 +126,8 @@ def _readable(root: Path) -> bool:
 
 
 def _iterations(layout: Layout) -> list[int]:
-    folder = layout.handoffs(1).parent
-    names = [p.name.removeprefix("iteration_") for p in folder.glob("iteration_*")] if folder.is_dir() else []
+    found = Folder(layout.root).names("handoffs", "iteration_*", kinds=("folder",))
+    names = [n.removeprefix("iteration_") for n in found]
     return sorted(int(name) for name in names if name.isdigit())
 
 
@@ -145,8 +148,9 @@ def _phase(root: Path, n: int, disks: dict[str, AgentDisk], results: list[Iterat
         if done.success_rate >= target:
             return "done", "succeeded"
         return ("done", "failed_target") if n >= max_iterations else ("designing", "running")
-    if handoff_file(root, n, "init").exists() and disks["init"].turn_over():
-        approved = (Layout(root).handoffs(n) / "approval.json").exists()
+    folder = Folder(root)
+    if folder.is_file(handoff_file(root, n, "init")) and disks["init"].turn_over():
+        approved = folder.is_file(Layout(root).handoffs(n) / "approval.json")
         return ("executing", "running") if approved or auto else ("awaiting_approval", "waiting")
     return "designing", "running"
 

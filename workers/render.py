@@ -17,6 +17,7 @@ from rich.text import Text
 
 from agents.catalogue import PinnedModel
 from agents.export.tryout import read_tryout
+from scenarios.folder import Folder
 from scenarios.run import RunRecord
 from scenarios.store import Layout
 from workers.confinement import unconfined
@@ -201,7 +202,7 @@ def iterations_table(root: Path, record: RunRecord) -> Table:
         report = Layout(root).outputs(r.iteration) / "report.json"
         tryout = read_tryout(root, r.iteration)
         table.add_row(str(r.iteration), f"{r.success_rate:.0%} (target {record.target_success_rate:.0%})",
-                      f"{r.passed}/{r.total}", str(report) if report.exists() else "-",
+                      f"{r.passed}/{r.total}", str(report) if Folder(root).is_file(report) else "-",
                       tryout.summary() if tryout else "-")
     return table
 

@@ -24,7 +24,8 @@ from agents.payloads import (
 )
 from agents.role import Role
 from agents.tools.base import ToolContext, ToolResult, error, ok
-from scenarios.store import Layout, StoreError, json_text, read_json, relative
+from scenarios.folder import RECORD_BYTES, Folder
+from scenarios.store import Layout, StoreError, json_text, relative
 
 KIND: dict[Role, str] = {"init": "init_to_execute", "execute": "execute_to_init"}
 
@@ -82,10 +83,11 @@ def _folder_problems(payload: InitToExecute | ExecuteToInit, ctx: ToolContext) -
         return [*problems, f"execution_output_dir: {payload.execution_output_dir!r} is not this iteration's "
                            f"evaluation folder; it must be {expected!r}"]
     report_path = Layout(ctx.root).outputs(ctx.iteration) / "report.json"
-    if not report_path.exists():
+    folder = Folder(ctx.root)
+    if not folder.exists(report_path):
         return [*problems, f"execution_output_dir: no report.json in {out_dir!r}; run RunEvaluation first"]
     try:
-        report = read_json(report_path, "the evaluation report")
+        report = folder.read_json(report_path, "the evaluation report", limit=RECORD_BYTES)
     except StoreError as exc:
         return [*problems, str(exc)]
     if not isinstance(report, dict):
@@ -104,7 +106,7 @@ def _folder_problems(payload: InitToExecute | ExecuteToInit, ctx: ToolContext) -
 
 def _exists(ctx: ToolContext, name: str, *, file: bool) -> bool:
     try:
-        path = ctx.path(name)
+        kind = Folder(ctx.root).kind(name)
     except StoreError:
         return False
-    return path.is_file() if file else path.is_dir()
+    return kind == ("file" if file else "folder")
