@@ -10,6 +10,7 @@ from typing import Literal
 
 from agents.config import AgentConfig
 from agents.models import API_KEY_ENV, Model, ModelError
+from scenarios.folder import RECORD_BYTES, Folder
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,7 @@ def backend_for(config: AgentConfig, env: Mapping[str, str] | None = None) -> Li
 
 def scenario_brief(root: Path) -> str:
     """The scenario's brief.md; empty without one (no script has an empty brief, so it is refused)."""
-    path = root / "brief.md"
-    return path.read_text(encoding="utf-8") if path.is_file() else ""
+    return Folder(Path(root)).read_text_or("brief.md", "", RECORD_BYTES)
 
 
 def check_model(config: AgentConfig, brief: str, env: Mapping[str, str] | None = None,

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.config import ConfigError
+from scenarios import confined
+from scenarios.folder import Folder
+from scenarios.store import StoreError
 
 FILE = "CONVENTIONS.md"
 MAX_CHARS = 20_000  # sent on every call of both agents: a longer file is refused, not cut
@@ -67,23 +70,32 @@ def conventions_for(root: Path) -> Conventions:
 
 
 def _text(path: Path) -> str | None:
+    """The file's text, through the one way into its folder (no link followed, bounded), cached by mtime and size."""
+    folder = Folder(path.parent)
     try:
-        stat = path.stat()
-    except FileNotFoundError:
+        stat = confined.lstat(folder.root, (path.name,))
+    except (FileNotFoundError, StoreError):
         return None
     except OSError as exc:
         raise ConventionsError(f"{path} cannot be read ({exc.strerror}): fix its permissions or remove it") from None
-    if path.is_dir():
+    if stat is None:
+        return None
+    if folder.kind(path.name) == "folder":
         raise ConventionsError(f"{path} is a folder; conventions go in a file of that name: remove or rename it")
     with _read_lock:
         cached = _read.get(path)
         if cached is not None and cached[:2] == (stat.st_mtime_ns, stat.st_size):
             return cached[2]
     try:
-        text = path.read_text(encoding="utf-8")
+        text = folder.read_bytes(path.name, limit=4 * MAX_CHARS + 4).decode("utf-8")
     except PermissionError:
         raise ConventionsError(f"{path} cannot be read (permission denied): make it readable "
                                "(chmod a+r) or remove it") from None
+    except confined.TooLarge:
+        raise ConventionsError(f"{path} is larger than the {MAX_CHARS:,} characters that both agents can be sent "
+                               "on every call; shorten it (link to longer documents instead)") from None
+    except StoreError as exc:
+        raise ConventionsError(f"{path} cannot be read: {exc}; replace it with a plain file") from None
     except UnicodeDecodeError as exc:
         raise ConventionsError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): "
                                "save it as UTF-8") from None

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from scenarios.store import StoreError, inside
+from scenarios.folder import Folder
+from scenarios.store import StoreError
 
 # Not after a word character, a dot or another @: "ana@example.com" mentions nothing.
 MENTION = re.compile(r"""(?<![\w.@])@(?:"([^"\n]+)"|'([^'\n]+)'|([^\s"'`<>()\[\]{},;|]+))""")
@@ -43,16 +44,18 @@ def mention_note(root: Path, text: str | None) -> str | None:
     read, missing, outside = [], [], []
     for path in paths:
         try:
-            target = inside(root, path)
+            kind = Folder(Path(root)).kind(path)
         except StoreError:
             outside.append(path)
             continue
-        if target.is_dir():
+        if kind == "folder":
             read.append(f"{path} (a folder: list it with LS)")
-        elif target.is_file():
+        elif kind == "file":
             read.append(path)
-        else:
+        elif kind is None:
             missing.append(path)
+        else:  # a link or a special file: the file tools would refuse it too
+            outside.append(path)
     lines = ["[baton] This message mentions files of the scenario."]
     if read:
         lines += ["Read them first (paths relative to the scenario folder):", *(f"- {p}" for p in read)]

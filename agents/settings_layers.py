@@ -49,6 +49,9 @@ from agents.config import (
 )
 from agents.pricing import Price
 from agents.role import ROLES, Role
+from scenarios.confined import IsFolder, Missing
+from scenarios.folder import RECORD_BYTES, Folder
+from scenarios.store import StoreError
 
 # Profiles have the shape of the scenario.toml [agents] table: keys for both
 # roles, plus optional "init" / "execute" tables for one.
@@ -101,15 +104,16 @@ class ScenarioConfig(BaseModel):
 
 def load_scenario_config(path: Path | str) -> ScenarioConfig:
     """Read and validate a scenario.toml; every error names the file."""
-    path = Path(path)
+    path = Path(os.path.abspath(path))
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        # Beneath its own folder, no link followed, bounded: a person's file, but in a folder models write in.
+        data = tomllib.loads(Folder(path.parent).read_text(path.name, RECORD_BYTES))
+    except Missing:
         raise ConfigError(f"scenario file not found: {path}") from None
-    except IsADirectoryError:
+    except IsFolder:
         raise ConfigError(f"{path} is a directory, expected a scenario.toml file") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not UTF-8 text: {exc}") from None
+    except StoreError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path} cannot be read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
@@ -138,7 +142,7 @@ def _scenario_problem(path: Path, error: Any) -> str:
 def scenario_toml_path(scenario_dir_or_toml: Path | str) -> Path:
     """A scenario folder's scenario.toml, or the given file itself."""
     path = Path(scenario_dir_or_toml)
-    return path / "scenario.toml" if path.is_dir() else path
+    return path / "scenario.toml" if Folder(path.parent).kind(path.name) == "folder" else path
 
 
 # ---- resolution -------------------------------------------------------------------

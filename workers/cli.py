@@ -35,8 +35,9 @@ from agents.config import AgentConfig
 from agents.conventions import FILE
 from agents.disk import AgentDisk
 from agents.priority import lower_priority
+from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
-from scenarios.store import AGENTS, Layout, check_name, write_atomic
+from scenarios.store import AGENTS, Layout, check_name
 from workers import evaluate_command, export_commands, gc_pauses, loop
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
@@ -219,17 +220,19 @@ def new(
 ) -> None:
     """Create scenarios/NAME with scenario.toml and brief.md."""
     root = loop.scenarios_dir() / check_name(name)
-    if root.exists():
+    if root.exists() or root.is_symlink():
         raise CliError(f"{root} already exists", "pick another name, or delete the folder to start over")
     if brief is not None and from_ is not None:
         raise CliError("--brief and --from both give brief.md", "pass only one of them")
     source = source_folder(from_) if from_ is not None else None
-    if source is not None and (source / "scenario.toml").is_file():
+    if source is not None and Folder(source).is_file("scenario.toml"):
         copy_scenario(source, root)  # its settings, comments and any other file, renamed; not run.json, state/, runs/
         say(Text(f"created {root}/ as a copy of {source} (without its runs)"))
     else:
-        write_atomic(root / "brief.md", brief_text(name, brief, source))  # creates the folder
-        write_atomic(root / "scenario.toml", TOML_TEMPLATE.format(name=name))
+        text = brief_text(name, brief, source)
+        root.mkdir(parents=True)
+        Folder(root).write_atomic("brief.md", text)
+        Folder(root).write_atomic("scenario.toml", TOML_TEMPLATE.format(name=name))
         say(Text(f"created {root}/ (scenario.toml, brief.md)"))
     after = "edit brief.md, then" if brief is None and from_ is None else "next:"
     say(Text(f"{after} `baton run {name}`"))
@@ -241,9 +244,9 @@ def new(
 
 def source_folder(source: str) -> Path:
     folder = Path(source) if Path(source).is_dir() else loop.scenarios_dir() / check_name(source)
-    if not (folder / "brief.md").is_file():
+    if not Folder(folder).is_file("brief.md"):
         folder = shipped_example(source) or folder  # `--from refund_desk` from any folder
-    if not (folder / "brief.md").is_file():
+    if not Folder(folder).is_file("brief.md"):
         raise CliError(f"no brief.md in {folder}",
                        "give the name or folder of an existing scenario, e.g. --from refund_desk")
     return folder
@@ -255,7 +258,7 @@ def brief_text(name: str, brief: Path | None, source: Path | None) -> str:
             raise CliError(f"brief file not found: {brief}", "pass the path of a Markdown file")
         return brief.read_text(encoding="utf-8")
     if source is not None:
-        return (source / "brief.md").read_text(encoding="utf-8")
+        return Folder(source).read_text("brief.md", RECORD_BYTES)
     return BRIEF_TEMPLATE.format(name=name)
 
 

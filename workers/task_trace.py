@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,32 +22,36 @@ from typing import Any
 
 from agents import tracing
 from agents.outcomes import CompactionOutcome, StepOutcome
+from scenarios import confined
+from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.run import load_run
 from workers.loop import Task
 
 HEADERS = ("traceparent", "tracestate")
 
 
-def _kept(path: Path, make: Callable[[], tracing.Carrier]) -> tracing.Carrier:
+def _kept(root: Path, path: Path, make: Callable[[], tracing.Carrier]) -> tracing.Carrier:
     """The context kept at ``path``, made (one span) and kept the first time; the first writer wins a race."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        pass
+    folder = Folder(root)
+    kept = folder.read_json_or_none(path, RECORD_BYTES)
+    if isinstance(kept, dict):
+        return kept
     made = make()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(made, fh)
-    try:
-        os.link(tmp, path)  # never replaces: a context another process kept stays the run's
-    except FileExistsError:
+    parts = folder.parts(path)
+    with confined.directory(folder.root, parts[:-1], create=True) as dir_fd:
+        tmp = f".{parts[-1]}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(made, fh)
         try:
-            made = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:  # a damaged file: this span goes on under its own context; tracing never stops a run
-            pass
-    finally:
-        os.unlink(tmp)
+            # never replaces: a context another process kept stays the run's
+            os.link(tmp, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            kept = folder.read_json_or_none(path, RECORD_BYTES)
+            if isinstance(kept, dict):  # a damaged file: this span goes on under its own context
+                made = kept
+        finally:
+            os.unlink(tmp, dir_fd=dir_fd)
     return made
 
 
@@ -57,11 +61,11 @@ def iteration_parent(root: Path) -> tracing.Carrier:
         return {}
     record = load_run(root)
     folder = root / "state" / "trace"
-    run = _kept(folder / "run.json", lambda: tracing.mark(
+    run = _kept(root, folder / "run.json", lambda: tracing.mark(
         f"run {root.name}", {"baton.scenario": root.name, "baton.profile": record.profile if record else None,
                              "openinference.span.kind": "CHAIN"}))
     n = record.iteration if record else 1
-    return _kept(folder / f"iteration_{n}.json", lambda: tracing.mark(
+    return _kept(root, folder / f"iteration_{n}.json", lambda: tracing.mark(
         f"iteration {n}", {"baton.scenario": root.name, "baton.iteration": n, "openinference.span.kind": "CHAIN"},
         parent=run))
 
