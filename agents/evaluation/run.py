@@ -170,7 +170,7 @@ def run_evaluation(
     out_dir = Layout(Path(root)).outputs(iteration)
     check_folders(out_dir, iteration)
     sandbox = check_sandbox()
-    chosen = select(load_samples(out_dir / "samples"), only)
+    chosen = select(load_samples(Path(root), out_dir / "samples"), only)
     # Sequential on purpose: the machine has two cores, and a sample's limits are
     # easier to reason about when nothing else competes with it.
     done = [evaluate_sample(item, out_dir, timeout_s=timeout_s, memory_mb=memory_mb) for item in chosen]

@@ -11,6 +11,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from agents.evaluation.models import Sample
+from scenarios.folder import RECORD_BYTES, Folder
+from scenarios.store import StoreError
 
 
 @dataclass
@@ -22,9 +24,12 @@ class SampleFile:
     problem: str | None = None  # why this is an L4 before anything runs
 
 
-def load_samples(samples_dir: Path) -> list[SampleFile]:
-    """Every samples/*.json in name order, parsed and schema-checked; duplicates flagged."""
-    files = [_load_sample(path) for path in sorted(samples_dir.glob("*.json")) if path.is_file()]
+def load_samples(root: Path, samples_dir: Path) -> list[SampleFile]:
+    """Every samples/*.json of the scenario folder ``root`` in name order, parsed and schema-checked, duplicates
+    flagged; read through the one way into the folder (a link or FIFO named *.json is a problem, not a read)."""
+    folder = Folder(Path(root))
+    names = folder.names(samples_dir, "*.json", kinds=("file", "link", "special"))
+    files = [_load_sample(folder, samples_dir / name) for name in names]
     seen: dict[str, Path] = {}
     for item in files:
         if item.key in seen and item.problem is None:
@@ -33,10 +38,13 @@ def load_samples(samples_dir: Path) -> list[SampleFile]:
     return files
 
 
-def _load_sample(path: Path) -> SampleFile:
+def _load_sample(folder: Folder, path: Path) -> SampleFile:
     item = SampleFile(path=path, key=path.stem)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(folder.read_bytes(path, RECORD_BYTES).decode("utf-8"))
+    except StoreError as exc:
+        item.problem = f"samples/{path.name} cannot be read: {exc}"
+        return item
     except (UnicodeDecodeError, ValueError) as exc:
         item.problem = f"samples/{path.name} is not valid JSON: {exc}"
         return item

@@ -18,6 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from scenarios.folder import RECORD_BYTES, Folder
+from scenarios.store import StoreError
+
 JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
               "list": "array", "dict": "object", "None": "null"}
 
@@ -32,12 +35,15 @@ class ToolSpecError(ValueError):
     """tools.py cannot be read as tools; the message says what to fix."""
 
 
-def tool_specs(tools_py: Path, samples: list[dict[str, Any]], design: str = "") -> list[ToolSpec]:
+def tool_specs(tools_py: Path, samples: list[dict[str, Any]], design: str = "",
+               source: str | None = None) -> list[ToolSpec]:
     """``design``: the design's text, where a line like ``- get_order(order_id): what it
-    returns`` describes a tool that has no docstring."""
+    returns`` describes a tool that has no docstring. ``source``: tools.py's text as the caller read it
+    (through the scenario folder's one way in); by default read from beside it, no link followed."""
     try:
-        tree = ast.parse(tools_py.read_text(encoding="utf-8"), filename=str(tools_py))
-    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+        text = source if source is not None else Folder(tools_py.parent).read_text(tools_py.name, RECORD_BYTES)
+        tree = ast.parse(text, filename=str(tools_py))
+    except (OSError, StoreError, SyntaxError) as exc:
         raise ToolSpecError(f"{tools_py} cannot be parsed ({exc}); fix it and evaluate the iteration again") from exc
     seen = _values_by_argument(samples)
     any_tool: dict[str, list[Any]] = {}
