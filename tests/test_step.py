@@ -87,16 +87,16 @@ def test_crash_at_every_step_point_completes_without_asking_twice(tmp_path, clea
 
 
 def test_tool_finished_before_a_crash_is_not_run_again(tmp_path, monkeypatch):
-    import agents.step as step_module
+    import agents.step_tools as step_tools
 
     runs: Counter[str] = Counter()
-    original = step_module.run_tool
+    original = step_tools.run_tool
 
     def counting(tools, name, tool_input, ctx):
         runs[name] += 1
         return original(tools, name, tool_input, ctx)
 
-    monkeypatch.setattr(step_module, "run_tool", counting)
+    monkeypatch.setattr(step_tools, "run_tool", counting)
     root = copy_example(tmp_path)
     team = agents(root)
     open_turn(root, "init", 1, init_opening(root.name, 1), key="iteration-1")
