@@ -17,12 +17,16 @@ from agents.evaluation.classify import classify
 from agents.evaluation.models import LAYERS, ChildResult, Failure, Limits, Report, RunSummary, SampleResult
 from agents.evaluation.samples import SampleFile, load_samples
 from agents.sandbox.bwrap import INSTALL_HINT, SandboxUnavailable, usable_bwrap
+from agents.sandbox.limits import EVAL_DISK_MB
 from agents.sandbox.policy import EVAL_SANDBOX_ENV, evaluation_confined
 from context.redaction import redact_value
+from scenarios import confined as folder_access
+from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.journal import Direct, FileWriter
 from scenarios.store import Layout, StoreError, json_text
 
 FINAL_DATA_CHARS = 200_000  # larger final data is left out of the trace
+REPORT_NOTES = 20  # entries of tools/ and checkers/ not copied, named in the report (each trace has its own)
 
 
 class EvaluationError(StoreError):
@@ -33,9 +37,12 @@ class EvaluationError(StoreError):
 class Evaluated:
     result: SampleResult
     trace: dict[str, Any] = field(default_factory=dict)
+    not_copied: list[str] = field(default_factory=list)  # entries of tools/ and checkers/ refused
 
 
-def evaluate_sample(item: SampleFile, out_dir: Path, *, timeout_s: float, memory_mb: int) -> Evaluated:
+def evaluate_sample(item: SampleFile, root: Path, out_dir: Path, *, timeout_s: float, memory_mb: int,
+                    disk_mb: int = EVAL_DISK_MB) -> Evaluated:
+    """Run one sample of the iteration folder ``out_dir`` of the scenario folder ``root``, and classify it."""
     started = time.monotonic()
     file = f"samples/{item.path.name}"
     if item.problem is not None or item.sample is None or item.raw is None:
@@ -45,14 +52,15 @@ def evaluate_sample(item: SampleFile, out_dir: Path, *, timeout_s: float, memory
         )
         trace = {"sample": item.key, "file": file, "passed": False, "layer": "L4", "reason": reason, "child": None}
         return Evaluated(result, trace)
-    run = run_child(out_dir, item.raw, timeout_s=timeout_s, memory_mb=memory_mb)
-    verdict = classify(item.sample, run, timeout_s=timeout_s, memory_mb=memory_mb)
+    run = run_child(root, folder_access.parts_under(root, out_dir), item.raw, timeout_s=timeout_s,
+                    memory_mb=memory_mb, disk_mb=disk_mb)
+    verdict = classify(item.sample, run, timeout_s=timeout_s, memory_mb=memory_mb, disk_mb=disk_mb)
     outputs = run.result.outputs if run.result else []
     result = SampleResult(
         id=item.key, file=file, passed=verdict.layer is None, layer=verdict.layer,
         reason=verdict.reason, duration_s=_since(started), outputs=outputs,
     )
-    return Evaluated(result, _trace(item, result, run))
+    return Evaluated(result, _trace(item, result, run), run.not_copied)
 
 
 def _trace(item: SampleFile, result: SampleResult, run: ChildRun) -> dict[str, Any]:
@@ -78,6 +86,9 @@ def _trace(item: SampleFile, result: SampleResult, run: ChildRun) -> dict[str, A
             "phase": child.phase if run.result else run.progress.phase,
             "stdout_tail": run.stdout_tail,
             "stderr_tail": run.stderr_tail,
+            # entries of tools/ and checkers/ not copied into the sample, and what it left that was not read
+            "refused": [*run.not_copied, *run.refused],
+            **({"disk_full": True} if run.disk_full else {}),
         },
     }
     final = json.dumps(child.final_data, ensure_ascii=False)
@@ -92,7 +103,7 @@ def _since(started: float) -> float:
     return round(time.monotonic() - started, 3)
 
 
-def check_folders(out_dir: Path, iteration: int) -> None:
+def check_folders(root: Path, out_dir: Path, iteration: int) -> None:
     where = f"execution_outputs/iteration_{iteration}"
     contract = (
         f"write {where}/tools/tools.py (public functions name(data: dict, **args) -> dict), "
@@ -100,9 +111,11 @@ def check_folders(out_dir: Path, iteration: int) -> None:
         f"{where}/checkers/*.py (check_<what>(sample, outcome) -> {{'passed': bool, 'reason': str}}) "
         f"and {where}/samples/*.json"
     )
-    if not (out_dir / "tools").is_dir():
+    folder = Folder(Path(root))
+    if not folder.is_dir(out_dir / "tools"):  # a link in its place is no folder: it is never entered
         raise EvaluationError(f"{where}/tools/ does not exist; {contract}")
-    if not (out_dir / "samples").is_dir() or not any((out_dir / "samples").glob("*.json")):
+    if not folder.is_dir(out_dir / "samples") or not folder.names(out_dir / "samples", "*.json",
+                                                                  kinds=("file", "link", "special")):
         raise EvaluationError(f"no samples in {where}/samples/; {contract}")
 
 
@@ -162,34 +175,39 @@ def run_evaluation(
     only: list[str] | None = None,
     model_label: str = "",
     files: FileWriter | None = None,
+    disk_mb: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``execution_outputs/iteration_<n>`` sample by sample and write results.jsonl,
-    report.json and traces/ through ``files`` (a step's journal, or directly); returns the report."""
+    report.json and traces/ through ``files`` (a step's journal, or directly); returns the report.
+    ``disk_mb``: the size of each sample's folder (``eval_disk_mb``; None: its default)."""
+    disk_mb = EVAL_DISK_MB if disk_mb is None else disk_mb
     files = files or Direct(Path(root))
     started = time.monotonic()
     out_dir = Layout(Path(root)).outputs(iteration)
-    check_folders(out_dir, iteration)
+    check_folders(Path(root), out_dir, iteration)
     sandbox = check_sandbox()
     chosen = select(load_samples(Path(root), out_dir / "samples"), only)
     # Sequential on purpose: the machine has two cores, and a sample's limits are
     # easier to reason about when nothing else competes with it.
-    done = [evaluate_sample(item, out_dir, timeout_s=timeout_s, memory_mb=memory_mb) for item in chosen]
-    _write_traces(out_dir / "traces", done, full_run=only is None, files=files)
+    done = [evaluate_sample(item, Path(root), out_dir, timeout_s=timeout_s, memory_mb=memory_mb, disk_mb=disk_mb)
+            for item in chosen]
+    _write_traces(Folder(Path(root)), out_dir / "traces", done, full_run=only is None, files=files)
     # Redacted before anything is written: a sample may print or return what it found (a key).
     lines = "".join(json.dumps(redact_value(e.result.model_dump()), ensure_ascii=False) + "\n" for e in done)
     files.write(out_dir / "results.jsonl", lines)  # a re-run replaces the previous evaluation
-    report = _report(iteration, done, timeout_s, memory_mb, started, model_label, only)
-    report.update(_history(out_dir / "report.json"), sandbox=sandbox)
+    report = _report(iteration, done, Limits(timeout_s=timeout_s, memory_mb=memory_mb, disk_mb=disk_mb), started,
+                     model_label, only)
+    report.update(_history(Folder(Path(root)), out_dir / "report.json"), sandbox=sandbox)
     report = redact_value(report)
     files.write(out_dir / "report.json", json_text(report))
     return report
 
 
-def _history(path: Path) -> dict[str, Any]:
+def _history(folder: Folder, path: Path) -> dict[str, Any]:
     """The run number and the earlier runs, from the report this run replaces."""
     try:
-        old = Report.model_validate_json(path.read_bytes())
-    except (OSError, ValueError):  # no report yet, or one edited by hand: start the history afresh
+        old = Report.model_validate_json(folder.read_bytes(path, RECORD_BYTES))
+    except (OSError, ValueError):  # none yet, edited by hand, a link or FIFO (StoreError): start afresh
         return {"run": 1, "previous_runs": []}
     summary = RunSummary(run=old.run, total=old.total, passed=old.passed, success_rate=old.success_rate,
                          failures_per_layer=old.failures_per_layer, generated_at=old.generated_at, only=old.only)
@@ -197,19 +215,21 @@ def _history(path: Path) -> dict[str, Any]:
     return {"run": old.run + 1, "previous_runs": [p.model_dump(exclude_none=True) for p in previous]}
 
 
-def _write_traces(traces: Path, done: list[Evaluated], *, full_run: bool, files: FileWriter) -> None:
+def _write_traces(folder: Folder, traces: Path, done: list[Evaluated], *, full_run: bool,
+                  files: FileWriter) -> None:
     names = trace_names(done)
-    if full_run and traces.is_dir():  # traces of samples that no longer exist would mislead
-        for old in traces.glob("*.json"):
-            if old.name not in names:
-                files.unlink(old)
+    if folder.kind(traces) not in (None, "folder"):
+        files.unlink(traces)  # a link (or file) planted in the traces' place is removed, never written through
+    if full_run and folder.is_dir(traces):  # traces of samples that no longer exist would mislead
+        for old in folder.names(traces, "*.json", kinds=("file", "link", "special")):
+            if old not in names:
+                files.unlink(traces / old)
     for name, item in zip(names, done, strict=True):
         files.write(traces / name, json_text(redact_value(item.trace)))
 
 
 def _report(
-    iteration: int, done: list[Evaluated], timeout_s: float, memory_mb: int,
-    started: float, model_label: str, only: list[str] | None,
+    iteration: int, done: list[Evaluated], limits: Limits, started: float, model_label: str, only: list[str] | None,
 ) -> dict[str, Any]:
     results = [e.result for e in done]
     failures = [Failure(sample=r.id, layer=r.layer, reason=r.reason) for r in results if r.layer is not None]
@@ -222,10 +242,19 @@ def _report(
         success_rate=round(passed / len(results), 4) if results else 0.0,
         failures_per_layer={layer: sum(f.layer == layer for f in failures) for layer in LAYERS},
         failures=failures,
-        limits=Limits(timeout_s=timeout_s, memory_mb=memory_mb),
+        limits=limits,
         duration_s=_since(started),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         model_label=model_label or None,
         only=list(only) if only is not None else None,
+        notes=_notes(done) or None,
     )
     return report.model_dump(exclude_none=True)
+
+
+def _notes(done: list[Evaluated]) -> list[str]:
+    """What was not copied into the samples (the same for each, as a rule), once."""
+    refused = list(dict.fromkeys(entry for item in done for entry in item.not_copied))
+    notes = [f"not copied into the samples (regular files and folders only): {entry}" for entry in refused]
+    more = len(notes) - REPORT_NOTES
+    return notes[:REPORT_NOTES] + ([f"and {more} more; each sample's trace names them all"] if more > 0 else [])

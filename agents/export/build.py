@@ -28,9 +28,11 @@ from agents.evaluation import child as child_module
 from agents.evaluation import compare as compare_module
 from agents.evaluation.models import Limits, Report
 from agents.evaluation.samples import load_samples
+from agents.export import docker_files
 from agents.export.tool_specs import ToolSpecError, tool_specs
 from agents.settings_layers import load_scenario_config
-from scenarios.store import Layout
+from scenarios.folder import RECORD_BYTES, Folder
+from scenarios.store import Layout, StoreError
 
 FORMAT = "baton-inspect-export/1"
 RUNTIME = Path(__file__).with_name("runtime")
@@ -39,7 +41,7 @@ SHARED_MODULES = {  # baton's own stdlib-only modules that the export runs as th
     "compare.py": Path(compare_module.__file__),
     "child_main.py": child_module.CHILD_SCRIPT,
 }
-RUNTIME_MODULES = ("session.py", "offline_tokens.py")
+RUNTIME_MODULES = ("session.py", "offline_tokens.py", "box.py", "sandbox.py")
 # An iteration never evaluated has no limits on record: the evaluation's own defaults (ToolSettings).
 DEFAULT_LIMITS = Limits(timeout_s=ToolSettings.model_fields["eval_timeout_s"].default,
                         memory_mb=ToolSettings.model_fields["eval_memory_mb"].default)
@@ -57,6 +59,7 @@ class Exported(BaseModel):
     tools: list[str]
     success_rate: float | None
     warning: str | None = None
+    refused: list[str] = []  # links and special files of tools/ and checkers/ that were not copied
 
 
 def export_inspect(root: Path, out: Path, iteration: int | None = None) -> Exported:
@@ -64,13 +67,16 @@ def export_inspect(root: Path, out: Path, iteration: int | None = None) -> Expor
     config = load_scenario_config(layout.toml)
     chosen, report, warning = choose_iteration(layout, config.target_success_rate, iteration)
     folder = layout.outputs(chosen)
-    samples = _samples(folder)
-    design = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(layout.design.glob("*.md")))
+    scenario = Folder(layout.root)  # the one way in: no link followed, regular files only, bounded reads
+    samples = _samples(scenario, folder)
+    design = "\n\n".join(scenario.read_text_or(p, "", RECORD_BYTES)
+                         for p in scenario.glob(layout.design, "*.md", kinds=("file",)))
     try:
-        specs = tool_specs(folder / "tools" / "tools.py", samples, design)
-    except ToolSpecError as exc:
+        source = scenario.read_text(folder / "tools" / "tools.py", RECORD_BYTES)
+        specs = tool_specs(folder / "tools" / "tools.py", samples, design, source=source)
+    except (ToolSpecError, StoreError) as exc:
         raise ExportError(str(exc)) from None
-    data = _initial_data(folder)
+    data = _initial_data(scenario, folder)
     spec = {
         "format": FORMAT,
         "name": config.name,
@@ -84,9 +90,14 @@ def export_inspect(root: Path, out: Path, iteration: int | None = None) -> Expor
         "samples": samples,
         "limits": (report.limits if report else DEFAULT_LIMITS).model_dump(),
     }
-    _write(out, folder, spec)
+    refused = _write(out, scenario, folder, spec)
+    if refused:
+        note = (f"{len(refused)} file(s) of the iteration were not exported, being links or special files "
+                f"(only regular files are copied): {'; '.join(refused[:5])}")
+        warning = f"{warning}; {note}" if warning else note
     return Exported(folder=out, scenario=config.name, iteration=chosen, samples=len(samples),
-                    tools=[s.name for s in specs], success_rate=spec["success_rate"], warning=warning)
+                    tools=[s.name for s in specs], success_rate=spec["success_rate"], warning=warning,
+                    refused=refused)
 
 
 def choose_iteration(layout: Layout, target: float, asked: int | None) -> tuple[int, Report | None, str | None]:
@@ -118,8 +129,9 @@ def policy_text(layout: Layout, name: str, description: str, data: dict[str, Any
     design states them, and the facts of the environment (data.json's top-level values)."""
     rules_path = layout.design / "business_rules.md"
     try:
-        rules = rules_path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
+        # A link here (to a credentials file, say) is refused, never followed into the model's system message.
+        rules = Folder(layout.root).read_text(rules_path, RECORD_BYTES).strip()
+    except (OSError, StoreError) as exc:
         raise ExportError(f"{rules_path} cannot be read ({exc}): the policy comes from it") from None
     intro = f"You are the agent in the scenario {name!r}."
     if description:
@@ -133,18 +145,15 @@ def policy_text(layout: Layout, name: str, description: str, data: dict[str, Any
 
 
 def _iterations(layout: Layout) -> list[int]:
-    found = []
-    for path in layout.root.joinpath("execution_outputs").glob("iteration_*"):
-        suffix = path.name.removeprefix("iteration_")
-        if suffix.isdigit() and path.is_dir():
-            found.append(int(suffix))
-    return sorted(found)
+    names = Folder(layout.root).names("execution_outputs", "iteration_*", kinds=("folder",))
+    return sorted(int(suffix) for name in names if (suffix := name.removeprefix("iteration_")).isdigit())
 
 
 def _report(layout: Layout, iteration: int) -> Report | None:
     try:
-        return Report.model_validate_json(layout.outputs(iteration).joinpath("report.json").read_bytes())
-    except (OSError, ValueError):
+        raw = Folder(layout.root).read_bytes(layout.outputs(iteration) / "report.json", RECORD_BYTES)
+        return Report.model_validate_json(raw)
+    except (OSError, ValueError):  # StoreError is one: a link or FIFO in the report's place is no report
         return None
 
 
@@ -153,10 +162,10 @@ def _listed(reports: dict[int, Report | None]) -> str:
     return ", ".join(said) or "none"
 
 
-def _samples(folder: Path) -> list[dict[str, Any]]:
-    if not (folder / "samples").is_dir():
+def _samples(scenario: Folder, folder: Path) -> list[dict[str, Any]]:
+    if not scenario.is_dir(folder / "samples"):
         raise ExportError(f"{folder} has no samples/ folder: nothing to export")
-    files = load_samples(folder / "samples")
+    files = load_samples(scenario.root, folder / "samples")
     bad = [f.problem for f in files if f.problem]
     if bad:
         raise ExportError(f"{len(bad)} sample(s) of {folder.name} are not valid, so the export would not "
@@ -166,31 +175,33 @@ def _samples(folder: Path) -> list[dict[str, Any]]:
     return [f.raw for f in files if f.raw is not None]
 
 
-def _initial_data(folder: Path) -> dict[str, Any]:
+def _initial_data(scenario: Folder, folder: Path) -> dict[str, Any]:
     path = folder / "tools" / "data.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(scenario.read_bytes(path))
+    except (OSError, ValueError) as exc:  # StoreError is a ValueError: a link or FIFO is refused
         raise ExportError(f"{path} cannot be read as JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ExportError(f"{path} must hold a JSON object")
     return data
 
 
-def _write(out: Path, folder: Path, spec: dict[str, Any]) -> None:
+def _write(out: Path, scenario: Folder, folder: Path, spec: dict[str, Any]) -> list[str]:
     """Build the export beside ``out`` and move it in place: a reader never sees half an
-    export, and a folder that is not an earlier export is never overwritten."""
+    export, and a folder that is not an earlier export is never overwritten. tools/ and checkers/ are
+    copied as regular files and folders only; what was refused is returned ("path: what it is")."""
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} is a file; --out names the folder to write the task into")
     if out.exists() and any(out.iterdir()) and not _is_export(out):
         raise ExportError(f"{out} exists and is not a baton export; choose an empty or new folder for --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    refused: list[str] = []
     try:
-        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
         for sub in ("tools", "checkers"):
-            if (folder / sub).is_dir():
-                shutil.copytree(folder / sub, staging / sub, ignore=ignore)
+            if scenario.is_dir(folder / sub):
+                found = scenario.copy_tree(folder / sub, staging / sub, skip=_compiled)
+                refused += [f"{sub}/{entry}" for entry in found]
         runtime = staging / "baton_runtime"
         runtime.mkdir()
         (runtime / "__init__.py").write_text('"""Copied from baton by `baton export`; see ../README.md."""\n')
@@ -203,11 +214,19 @@ def _write(out: Path, folder: Path, spec: dict[str, Any]) -> None:
         (staging / "task.py").write_text(named, encoding="utf-8")
         (staging / "scenario.json").write_text(json.dumps(spec, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (staging / "README.md").write_text(_readme(spec), encoding="utf-8")
+        for name, text in docker_files.files(spec["limits"]["memory_mb"]).items():  # for --sandbox docker
+            (staging / name).write_text(text, encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return refused
+
+
+def _compiled(name: str) -> bool:
+    """Python's caches: never part of an export (they would be stale, or planted)."""
+    return name == "__pycache__" or name.endswith(".pyc")
 
 
 def _is_export(folder: Path) -> bool:
@@ -226,11 +245,27 @@ def _readme(spec: dict[str, Any]) -> str:
         "    pip install inspect-ai\n"
         "    inspect eval task.py --model <provider/model>      # e.g. anthropic/<model id>\n"
         "    inspect view                                      # the transcripts\n\n"
-        "The policy is the system message; each sample starts from a fresh copy of tools/data.json; "
-        "every tool call and the checkers run in child processes with the limits in scenario.json. "
+        "The policy is the system message; each sample starts from a fresh copy of tools/data.json. "
         "A sample scores 1 when the final data has the expected actions' effects (free text the agent "
         "writes, such as a refund's reason, is not compared), its expected_state holds, and every checker "
-        "accepts; the explanation names what differed.\n"
+        "accepts; the explanation names what differed.\n\n"
+        "## Where the scenario's code runs\n\n"
+        "tools/ and checkers/ were written by a model: treat them as hostile. Every tool call and the judge "
+        "(the replay of the expected actions, then the checkers) run through Inspect's sandbox, one "
+        "`python3 baton_runtime/box.py` each, in a child process with the limits in scenario.json.\n\n"
+        "- By default the task's own sandbox, `baton_bwrap` (baton_runtime/sandbox.py; bubblewrap, Linux): "
+        "each call in namespaces of its own (no network, no view of this machine's processes), no "
+        "capabilities, an empty environment, the system and this folder's code read-only, a fresh /work "
+        f"({docker_files.WORK_MB} MB) and /tmp ({docker_files.TMP_MB} MB) the only places it can write; "
+        "nothing it starts outlives it.\n"
+        "- `inspect eval task.py --sandbox docker` runs the same in a container built from compose.yaml and "
+        "the Dockerfile here (no network, no capabilities, read-only, bounded /work and /tmp). Any other "
+        f"sandbox provider works too: it needs a python3 and this folder's code at {docker_files.EXPORT_ROOT}.\n"
+        "- Where bubblewrap is missing or cannot make namespaces here (another OS, a container without user "
+        "namespaces), the calls run UNCONFINED on this machine, as the user running Inspect, with only an "
+        "empty environment and a process group of their own that is killed afterwards. Inspect warns, and "
+        "each sample's log says so (the sample's and the score's metadata `sandbox`, and its transcript). "
+        "BATON_EXPORT_BWRAP names the bwrap to use.\n"
     )
 
 

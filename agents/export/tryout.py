@@ -24,7 +24,8 @@ from pydantic import BaseModel, Field
 
 from agents.export.build import ExportError, choose_iteration, export_inspect
 from agents.settings_layers import load_scenario_config
-from scenarios.store import Layout, write_json
+from scenarios.folder import RECORD_BYTES, Folder
+from scenarios.store import Layout
 
 MOCK_MODEL = "mockllm/model"
 MOCK_NOTE = ("no model under test was named and no ANTHROPIC_API_KEY is set, so this tried Inspect's "
@@ -76,8 +77,9 @@ def tryout_path(root: Path, iteration: int) -> Path:
 def read_tryout(root: Path, iteration: int) -> Tryout | None:
     """The iteration's last tryout, None when there is none (or it cannot be read)."""
     try:
-        return Tryout.model_validate_json(tryout_path(root, iteration).read_bytes())
-    except (OSError, ValueError):
+        # Through the one way in: a FIFO or link a model left as tryout.json once hung `baton status`.
+        return Tryout.model_validate_json(Folder(Path(root)).read_bytes(tryout_path(root, iteration), RECORD_BYTES))
+    except (OSError, ValueError):  # StoreError is a ValueError
         return None
 
 
@@ -109,7 +111,7 @@ def run_tryout(root: Path, model: str | None = None, epochs: int = 1, iteration:
     notes = " ".join(n for n in (warning, note) if n) or None
     tryout = _summarise(root.name, picked, chosen, notes, epochs, log, time.monotonic() - started,
                         folder / "inspect_task" / "task.py")
-    write_json(tryout_path(root, picked), tryout.model_dump(mode="json"))
+    Folder(Path(root)).write_json(tryout_path(root, picked), tryout.model_dump(mode="json"))
     return tryout
 
 
