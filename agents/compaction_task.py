@@ -26,8 +26,9 @@ from agents.thinking import thinking_fields
 from context.assembly import StaticPrefix
 from context.compaction import KnownFacts, SummaryCall, SummaryReply, SummaryRequest
 from context.summary_schemas import SUMMARY_SCHEMAS
+from scenarios.folder import RECORD_BYTES
 from scenarios.lease import LeaseLost
-from scenarios.store import Layout, read_json, relative
+from scenarios.store import Layout, relative
 
 
 def run_compaction(root: Path, agent: Agent, after_step: int | None = None, *, force: bool = False
@@ -141,19 +142,15 @@ def _facts(disk: AgentDisk) -> KnownFacts:
     """What baton knows for a fallback summary: the design, the latest evaluation report, the target."""
     layout, iteration = disk.layout, disk.iteration()
     out_dir = layout.outputs(iteration)
-    if disk.agent == "init" and iteration > 1 and not (out_dir / "report.json").exists():
+    folder = disk.folder
+    if disk.agent == "init" and iteration > 1 and not folder.exists(out_dir / "report.json"):
         out_dir = layout.outputs(iteration - 1)  # Init redesigns from Execute's report of the iteration before
-    report = None
-    if (out_dir / "report.json").exists():
-        try:
-            report = read_json(out_dir / "report.json", "evaluation report")
-        except ValueError:
-            report = None
-    design_files = layout.design.glob("*") if layout.design.exists() else []
-    design = sorted(relative(layout.root, p) for p in design_files if p.is_file())
+    report = folder.read_json_or_none(out_dir / "report.json", RECORD_BYTES)
+    design = sorted(f"design/{name}" for name in folder.names(layout.design, kinds=("file",)))
     return KnownFacts(
-        scenario=layout.name, iteration=iteration, design_files=design, last_report=report,
-        execution_output_dir=relative(layout.root, out_dir) if out_dir.exists() else None,
+        scenario=layout.name, iteration=iteration, design_files=design,
+        last_report=report if isinstance(report, dict) else None,
+        execution_output_dir=relative(layout.root, out_dir) if folder.is_dir(out_dir) else None,
         target_success_rate=_target(layout),
     )
 

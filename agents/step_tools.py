@@ -83,15 +83,15 @@ def _tool_result(disk: AgentDisk, tools: dict[str, Tool], ctx: ToolContext, use:
     """
     archive = disk.archive(use.id)
     journal = Journal(disk.layout.root, disk.layout.journal(disk.agent, use.id), disk.lease)
-    if archive.exists():  # finished before a crash: reuse, never run twice
+    if disk.folder.is_file(archive):  # finished before a crash: reuse, never run twice
         kept = journal.kept_memory()  # a crash after the archive, before the memory was saved
         if kept is not None:
             ctx.memory.clear()
             ctx.memory.update(kept)
             disk.save_state()
         journal.drop()
-        return archive.read_text(encoding="utf-8")
-    if journal.folder.exists():
+        return disk.folder.read_text(archive)
+    if journal.exists():
         journal.rollback()  # a crash inside the call: what it changed goes back as it was
     fault(f"before_tool:{index}", step)
     ctx.files = journal

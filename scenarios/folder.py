@@ -30,6 +30,7 @@ from scenarios.lease import Lease
 from scenarios.store import AGENTS, JsonlRead, StoreError, json_text, parse_jsonl
 
 PathLike = Path | str
+EVERY = ("file", "folder", "link", "special")  # every kind of entry: for counting or moving what is there
 # What one record baton reads whole may take: a report, a handoff, settings, a sample. Kilobytes in practice;
 # the bound is what keeps a planted 10 GB file from being read into memory.
 RECORD_BYTES = 16 * 1024 * 1024

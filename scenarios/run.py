@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from scenarios.confined import Missing, Refused
-from scenarios.folder import Folder
+from scenarios.folder import EVERY, Folder
 from scenarios.lease import Lease
 from scenarios.store import Layout, StoreError
 
@@ -167,7 +167,7 @@ def archive_run(root: Path) -> Path | None:
         if name == "state" and folder.exists(f"{name}/{STATE_LOCK}"):
             # The scenario lock stays where its holder (the command archiving this) and others look for it.
             (target / name).mkdir()
-            for child in folder.names(name, kinds=("file", "folder", "link", "special")):
+            for child in folder.names(name, kinds=EVERY):
                 if child != STATE_LOCK:
                     (root / name / child).rename(target / name / child)
         else:
@@ -177,8 +177,7 @@ def archive_run(root: Path) -> Path | None:
 
 def _only_the_lock(folder: Folder, name: str) -> bool:
     """state/ holding nothing but the scenario lock (or nothing at all): no run to archive."""
-    every = ("file", "folder", "link", "special")
-    return folder.is_dir(name) and set(folder.names(name, kinds=every)) <= {STATE_LOCK}
+    return folder.is_dir(name) and set(folder.names(name, kinds=EVERY)) <= {STATE_LOCK}
 
 
 def claim_run(root: Path) -> Lease:

@@ -38,9 +38,10 @@ from agents.role import Role
 from agents.settings_layers import load_scenario_config, resolve_agents, scenario_prices, setting_sources
 from agents.step import run_step
 from agents.tools.handoff import KIND, handoff_path
+from scenarios.folder import EVERY, RECORD_BYTES, Folder
 from scenarios.lease import Lease, LeaseLost
 from scenarios.run import IterationResult, RunRecord, archive_run, claim_run, example_copied, load_run, save_run
-from scenarios.store import Layout, StoreError, check_name, read_json, write_json
+from scenarios.store import Layout, StoreError, check_name
 from workers.pinning import pin_models
 
 SCENARIOS_ENV = "BATON_SCENARIOS_DIR"
@@ -76,7 +77,7 @@ def scenarios_dir(env: Mapping[str, str] | None = None) -> Path:
 
 def scenario_root(name: str, env: Mapping[str, str] | None = None) -> Path:
     root = scenarios_dir(env) / check_name(name)
-    if not (root / "scenario.toml").is_file():
+    if not Folder(root).is_file("scenario.toml"):
         raise StoreError(f"unknown scenario {name!r}: no {root}/scenario.toml; create it with `baton new {name}`")
     return root
 
@@ -179,7 +180,7 @@ def _ensure_opening(root: Path, record: RunRecord) -> None:
         open_turn(root, "execute", n, execute_opening(payload, example), key=f"iteration-{n}")
         return
     if record.feedback is not None:
-        rejections = len(list(Layout(root).handoffs(n).glob("rejection_*.json")))
+        rejections = len(Folder(root).names(Layout(root).handoffs(n), "rejection_*.json", kinds=EVERY))
         text = init_opening(root.name, n, feedback=record.feedback, note=mention_note(root, record.feedback),
                             example=example)
         open_turn(root, "init", n, text, key=f"iteration-{n}-rejection-{rejections}")
@@ -194,14 +195,14 @@ def _ensure_opening(root: Path, record: RunRecord) -> None:
 
 def _brief_text(root: Path) -> str | None:
     try:
-        return Layout(root).brief.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return Folder(root).read_text(Layout(root).brief, RECORD_BYTES)
+    except (OSError, StoreError):
         return None  # Init reads the brief itself and meets the problem there
 
 
 def approve(root: Path) -> list[Task]:
     lease, record = _expect_phase(root, "awaiting_approval", "approve")
-    write_json(
+    Folder(root).write_json(
         Layout(root).handoffs(record.iteration) / "approval.json", {"approved": True, "iteration": record.iteration},
         lease,
     )
@@ -212,8 +213,8 @@ def reject(root: Path, feedback: str) -> list[Task]:
     if not feedback.strip():
         raise StoreError("a rejection needs feedback for Init: pass --feedback 'what to change'")
     lease, record = _expect_phase(root, "awaiting_approval", "reject")
-    rejections = len(list(Layout(root).handoffs(record.iteration).glob("rejection_*.json"))) + 1
-    write_json(
+    rejections = len(Folder(root).names(Layout(root).handoffs(record.iteration), "rejection_*.json", kinds=EVERY)) + 1
+    Folder(root).write_json(
         Layout(root).handoffs(record.iteration) / f"rejection_{rejections}.json",
         {"approved": False, "feedback": feedback}, lease,
     )
@@ -287,14 +288,14 @@ def do_phase(root: Path) -> list[Task]:
 def _next_phase(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     if (
         record.phase == "designing"
-        and handoff_file(root, record.iteration, "init").exists()
+        and Folder(root).is_file(handoff_file(root, record.iteration, "init"))
         and AgentDisk.load(root, "init").turn_over()
     ):
         if record.auto_approve:
             return _open_execute(root, record, lease)
         save_run(root, record.model_copy(update={"phase": "awaiting_approval", "status": "waiting"}), lease)
         return []
-    if record.phase == "executing" and handoff_file(root, record.iteration, "execute").exists():
+    if record.phase == "executing" and Folder(root).is_file(handoff_file(root, record.iteration, "execute")):
         return _after_execute(root, record, lease)
     return []
 
@@ -332,7 +333,7 @@ def _after_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
 def _report(root: Path, iteration: int) -> dict[str, Any]:
     """The iteration's evaluation report, with every figure the decision needs (StoreError if not)."""
     path = Layout(root).outputs(iteration) / "report.json"
-    report = read_json(path, f"iteration {iteration}'s evaluation report")
+    report = Folder(root).read_json(path, f"iteration {iteration}'s evaluation report", RECORD_BYTES)
     figures = report_figures(report) if isinstance(report, dict) else {}
     if not isinstance(report, dict) or not all(isinstance(figures.get(k), (int, float)) for k in REQUIRED):
         raise StoreError(f"{path} lacks the figures a decision needs ({', '.join(REQUIRED)}); re-run the "
@@ -352,7 +353,7 @@ def handoff_file(root: Path, iteration: int, agent: str) -> Path:
 def handoff_payload(root: Path, iteration: int, agent: str) -> InitToExecute | ExecuteToInit:
     path, kind = handoff_file(root, iteration, agent), KIND[agent]
     try:
-        return parse_payload_dict(kind, read_json(path, f"the {kind} handoff"))
+        return parse_payload_dict(kind, Folder(root).read_json(path, f"the {kind} handoff", RECORD_BYTES))
     except ValueError as exc:
         raise StoreError(
             f"{path} is not a valid {kind} payload ({exc}); restore it or let the agent hand off again"
