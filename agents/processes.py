@@ -138,10 +138,13 @@ def wait_unreaped(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
 
 
 def run_limited(argv: list[str], *, cwd: Path, timeout_s: float, memory_mb: int,
-                env: dict[str, str] | None = None, before: Callable[[], None] | None = None) -> Finished:
+                env: dict[str, str] | None = None, before: Callable[[], None] | None = None,
+                pass_fds: tuple[int, ...] = (), wall_s: float | None = None) -> Finished:
     """Run ``argv`` in ``cwd`` with the minimal environment (HOME and TMPDIR = ``cwd``) or ``env``,
-    memory and CPU limits, and a wall-clock limit after which its whole group is killed.
-    ``before`` runs in the child too, after the limits (a sandbox joins its cgroup there)."""
+    memory and CPU limits, and a wall-clock limit after which its whole group is killed (``timeout_s``,
+    or ``wall_s`` where the child enforces ``timeout_s`` itself and needs a moment after it).
+    ``before`` runs in the child too, after the limits (a sandbox joins its cgroup there);
+    ``pass_fds`` stay open in it."""
     limits = limiter(timeout_s, memory_mb)
 
     def prepare() -> None:
@@ -159,11 +162,12 @@ def run_limited(argv: list[str], *, cwd: Path, timeout_s: float, memory_mb: int,
         start_new_session=True,  # its own process group, killed as a whole
         preexec_fn=prepare,  # noqa: PLW1509 - only setrlimit calls and a write to a cgroup file
         close_fds=True,
+        pass_fds=pass_fds,
     )
     tails = [Tail(proc.stdout), Tail(proc.stderr)]
     for tail in tails:
         tail.start()
-    timed_out = wait_unreaped(proc, timeout_s)
+    timed_out = wait_unreaped(proc, timeout_s if wall_s is None else wall_s)
     kill_group(proc.pid)  # on time-out, and to end anything the child left running
     returncode = proc.wait()
     for tail in tails:

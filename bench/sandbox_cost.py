@@ -2,13 +2,16 @@
 evaluated in-process with and without the sandbox, forked from the sample server and
 spawned afresh, each way several times in turn (docs/benchmarks.md, "Sandbox cost").
 
-Usage: ``python bench/sandbox_cost.py [--rounds 5] [--out docs/benchmarks.md]``. Runs the
-example first with the simulated model, in a temporary folder.
+Usage: ``python bench/sandbox_cost.py [--rounds 5] [--data-mb 5] [--out docs/benchmarks.md]``. Runs the
+example first with the simulated model, in a temporary folder. ``--data-mb N`` pads the iteration's
+``tools/data.json`` to about N MB (a list of small records under a key no checker reads), so what a
+sample's data costs to copy in, load, and carry back in its result is measured too.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -39,6 +42,17 @@ def example(folder: Path) -> Path:
     return folder / "scenarios" / "refund_desk"
 
 
+def pad_data(tools: Path, megabytes: float) -> int:
+    """Pad ``tools``/data.json to about ``megabytes`` MB with records under ``bench_padding``; its new size."""
+    path = tools / "data.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    record = {"id": 0, "note": "x" * 80}
+    count = int(megabytes * 1_000_000 / len(json.dumps(record)))
+    data["bench_padding"] = [{"id": i, "note": "x" * 80} for i in range(count)]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path.stat().st_size
+
+
 def one(root: Path, iteration: int, way: str) -> float:
     """Wall seconds of one evaluation, a fresh sample server's start included. (Not CPU: bwrap does not
     wait for its sandbox's processes in a way that hands their CPU time to the worker's rusage.)"""
@@ -55,24 +69,29 @@ def one(root: Path, iteration: int, way: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--data-mb", type=float, default=0.0, help="pad tools/data.json to about this many MB")
     ap.add_argument("--out", default=None, help="write the section into this Markdown file")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = example(Path(tmp))
         iteration = max(int(p.name.split("_")[1]) for p in (root / "execution_outputs").iterdir())
-        samples = len(list((root / "execution_outputs" / f"iteration_{iteration}" / "samples").glob("*.json")))
+        out = root / "execution_outputs" / f"iteration_{iteration}"
+        samples = len(list((out / "samples").glob("*.json")))
+        data_bytes = pad_data(out / "tools", args.data_mb) if args.data_mb else (out / "tools/data.json").stat().st_size
         measured: dict[str, list[float]] = {way: [] for way in WAYS}
         for _ in range(args.rounds):
             for way in WAYS:  # in turn, so the machine's load falls on every way alike
                 measured[way].append(one(root, iteration, way))
     rows = [[way, f"{statistics.median(runs) / samples * 1000:.0f}", f"{min(runs) / samples * 1000:.0f}"]
             for way, runs in measured.items()]
+    padded = f" --data-mb {args.data_mb:g}" if args.data_mb else ""
     body = (
         "## Sandbox cost\n\n"
-        f"The refund_desk example's last iteration ({samples} samples) evaluated {args.rounds} times each way, "
+        f"The refund_desk example's last iteration ({samples} samples, tools/data.json {data_bytes:,} bytes) "
+        f"evaluated {args.rounds} times each way, "
         f"the ways in turn; per sample, including a fresh sample server's start where one is used. "
         f"cgroups here: {'yes' if cgroup.available() else 'no'}. "
-        f"Command: `python bench/sandbox_cost.py --rounds {args.rounds} --out docs/benchmarks.md`.\n\n"
+        f"Command: `python bench/sandbox_cost.py --rounds {args.rounds}{padded} --out docs/benchmarks.md`.\n\n"
         + md_table(["way", "wall ms/sample (median)", "wall ms/sample (best)"], rows)
     )
     print(body)

@@ -5,12 +5,13 @@ or one Bash command and prints what came back as JSON.
 A separate process on purpose: ``/proc/<pid>/environ`` shows the environment a process
 was started with, so secrets set in the test process itself would not be there to find.
 
-Usage: ``python tests/escape_driver.py evaluate ROOT TIMEOUT_S MEMORY_MB``
+Usage: ``python tests/escape_driver.py evaluate ROOT TIMEOUT_S MEMORY_MB [DISK_MB]``
        ``python tests/escape_driver.py bash FOLDER COMMAND``
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -25,7 +26,12 @@ from agents.tools.bash import BashTool  # noqa: E402
 
 def main(argv: list[str]) -> int:
     if argv[1] == "evaluate":
-        report = run_evaluation(Path(argv[2]), 1, timeout_s=float(argv[3]), memory_mb=int(argv[4]))
+        limits = {"timeout_s": float(argv[3]), "memory_mb": int(argv[4])}
+        # DISK_MB where the evaluation takes one (the code before issue 30 had no disk limit: a test run
+        # against it then shows what a sample could write)
+        if len(argv) > 5 and "disk_mb" in inspect.signature(run_evaluation).parameters:
+            limits["disk_mb"] = int(argv[5])
+        report = run_evaluation(Path(argv[2]), 1, **limits)
         print(json.dumps(report))
         return 0
     ctx = ToolContext(root=Path(argv[2]), agent="execute", iteration=1,

@@ -345,7 +345,7 @@ def test_report_results_and_traces_agree(tmp_path: Path) -> None:
     report, results = evaluate(tmp_path, model_label="simulated")
     assert report["total"] == len(results) == 3 and report["passed"] + report["failed"] == 3
     assert report["success_rate"] == round(1 / 3, 4) and report["model_label"] == "simulated"
-    assert report["limits"] == {"timeout_s": TIMEOUT_S, "memory_mb": MEMORY_MB}
+    assert report["limits"] == {"timeout_s": TIMEOUT_S, "memory_mb": MEMORY_MB, "disk_mb": 1024}
     assert sum(report["failures_per_layer"].values()) == report["failed"]
     assert {f["sample"] for f in report["failures"]} == {r["id"] for r in results.values() if not r["passed"]}
     assert json.loads((out / "report.json").read_text()) == report

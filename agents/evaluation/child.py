@@ -2,16 +2,25 @@
 checkers/, in the sandbox (agents/sandbox/: its own namespaces, an empty environment,
 only that dir writable, a memory cgroup where the machine has one), with resource
 limits, in its own process group that is killed afterwards. It runs ``child_main.py``
-(docs/evaluation.md, "How a sample is run")."""
+(docs/evaluation.md, "How a sample is run").
+
+Everything in the iteration folder and everything the sample leaves is hostile input: tools/ and
+checkers/ are copied as regular files and folders only (``confined.copy_tree``: a link to
+/proc/self/environ or to another scenario's state/ is refused, named in the sample's trace, never
+followed); the sample's result and progress are read regular-file-only, without following a link,
+without waiting on a FIFO and within a bound. Confined, the sample writes them into a tmpfs of its
+disk limit and a process it cannot reach copies them out (``nest.copy_out``) with a note of its own
+(``sandbox.json``: what it refused, whether the disk was full, whether the time limit was reached)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import shutil
+import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +33,16 @@ from agents.processes import Finished, run_limited
 from agents.sandbox import cgroup
 from agents.sandbox.bwrap import EMPTY_ENV, usable_bwrap
 from agents.sandbox.limits import MAX_PROCESSES
-from agents.sandbox.nest import SAMPLE_DIR
+from agents.sandbox.nest import DISK_MB, MIB, NOTE, OUT_FILES, SAMPLE_DIR
 from agents.sandbox.policy import evaluation_confined
 from agents.sandbox.sample import from_bwrap, spawn_command
+from scenarios import confined as folder_access
+from scenarios.store import StoreError
 
 log = logging.getLogger(__name__)
 CHILD_SCRIPT = Path(__file__).with_name("child_main.py")
+NOTE_BYTES = 64 * 1024
+COPY_OUT_S = 5.0  # a spawned sample's first process kills it at its time limit, then copies out: a backstop after
 
 
 @dataclass
@@ -41,12 +54,17 @@ class ChildRun:
     stdout_tail: str = ""
     stderr_tail: str = ""
     out_of_memory: bool = False  # the sample's cgroup ran out: the kernel killed some of its processes
+    not_copied: list[str] = field(default_factory=list)  # entries of tools/ and checkers/ refused, "path: why"
+    refused: list[str] = field(default_factory=list)  # what the sample left for the worker and was refused
+    disk_full: bool = False  # its folder (a tmpfs of its disk limit) was full when it ended
+    problem: str | None = None  # why it was not run at all
 
 
-def run_child(out_dir: Path, raw_sample: dict[str, Any], *, timeout_s: float, memory_mb: int) -> ChildRun:
-    """Run one sample in a fresh temp dir holding copies of tools/ and checkers/: in the
-    sandbox (agents/sandbox/) unless a person chose BATON_EVAL_SANDBOX=none.
-    Raises SandboxUnavailable where bwrap cannot make one."""
+def run_child(root: Path, parts: Sequence[str], raw_sample: dict[str, Any], *, timeout_s: float, memory_mb: int,
+              disk_mb: int = DISK_MB) -> ChildRun:
+    """Run one sample in a fresh temp dir holding copies of tools/ and checkers/ of the iteration folder
+    ``root``/``parts`` (``root`` the scenario folder): in the sandbox (agents/sandbox/) unless a person chose
+    BATON_EVAL_SANDBOX=none. Raises SandboxUnavailable where bwrap cannot make one."""
     confined = evaluation_confined()
     bwrap_path = usable_bwrap() if confined else ""
     server = _server(confined)
@@ -56,9 +74,9 @@ def run_child(out_dir: Path, raw_sample: dict[str, Any], *, timeout_s: float, me
         inside = SAMPLE_DIR if confined else str(tmp)  # how the sample's code sees its folder
         work = tmp / "work"
         work.mkdir()
-        for folder in ("tools", "checkers"):
-            if (out_dir / folder).is_dir():
-                shutil.copytree(out_dir / folder, work / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        not_copied, problem = copy_files(root, parts, work, disk_mb)
+        if problem is not None:
+            return ChildRun(None, ChildProgress(), 0, False, not_copied=not_copied, problem=problem)
         job = {
             "tools_dir": f"{inside}/work/tools",
             "checkers_dir": f"{inside}/work/checkers",
@@ -72,16 +90,44 @@ def run_child(out_dir: Path, raw_sample: dict[str, Any], *, timeout_s: float, me
             if confined else None
         try:
             with cpu_slot():  # a worker serving many steps runs at most a core's worth of samples at once
-                done = _run_sample(server, tmp, bwrap_path, group, timeout_s, memory_mb)
+                done = _run_sample(server, tmp, bwrap_path, group, timeout_s, memory_mb, disk_mb)
         finally:
             out_of_memory = group.oom_killed() if group else False
             if group:
                 group.close()
         run = ChildRun(None, ChildProgress(), done.returncode, done.timed_out, done.stdout_tail, done.stderr_tail,
-                       out_of_memory)
-        run.result = _read_model(tmp / "result.json", ChildResult)
-        run.progress = _read_model(tmp / "progress.json", ChildProgress) or ChildProgress()
+                       out_of_memory, not_copied)
+        if confined:  # written by the process that copied the result out; unconfined, the sample could forge it
+            note = _read_note(tmp)
+            run.refused = [str(r) for r in note.get("refused", [])][:10]
+            run.disk_full = note.get("disk_full") is True
+            run.timed_out = run.timed_out or note.get("timed_out") is True
+        run.result = _read_model(tmp, "result.json", ChildResult, run.refused)
+        run.progress = _read_model(tmp, "progress.json", ChildProgress, run.refused) or ChildProgress()
         return run
+
+
+def copy_files(root: Path, parts: Sequence[str], work: Path, disk_mb: int) -> tuple[list[str], str | None]:
+    """tools/ and checkers/ of ``root``/``parts`` into ``work`` as regular files and folders only: what was
+    refused ("tools/env.txt: a symlink, not copied"), and why the sample cannot run, if it cannot."""
+    not_copied: list[str] = []
+    for name in ("tools", "checkers"):
+        try:
+            refused = folder_access.copy_tree(root, (*parts, name), work / name, skip=_compiled,
+                                              limit_bytes=disk_mb * MIB)
+        except folder_access.Missing:
+            continue
+        except folder_access.TooLarge as exc:
+            return not_copied, f"{name}/ does not fit in a sample's folder (disk limit {disk_mb} MB): {exc}"
+        except StoreError:  # the folder itself is a link, or a file
+            not_copied.append(f"{name}: not a folder (a symlink is never followed), not copied")
+            continue
+        not_copied += [f"{name}/{entry}" for entry in refused]
+    return not_copied, None
+
+
+def _compiled(name: str) -> bool:
+    return name == "__pycache__" or name.endswith(".pyc")
 
 
 def _server(confined: bool) -> fork_server.ForkServer | None:
@@ -95,26 +141,61 @@ def _server(confined: bool) -> fork_server.ForkServer | None:
 
 
 def _run_sample(server: fork_server.ForkServer | None, tmp: Path, bwrap_path: str, group: cgroup.Group | None,
-                timeout_s: float, memory_mb: int) -> Finished:
+                timeout_s: float, memory_mb: int, disk_mb: int) -> Finished:
     """Forked from the process's sample server; spawned afresh when the server is off or failed it."""
     work = tmp / "work"
     if server is not None:
         try:
-            return server.run(tmp, timeout_s, memory_mb, group.inside() if group else [])
+            return server.run(tmp, timeout_s, memory_mb, group.inside() if group else [], disk_mb)
         except (fork_server.ServerGone, TimeoutError, OSError) as exc:
             log.warning("%s: this sample runs in a fresh Python instead", exc)
+            for name in (*OUT_FILES, NOTE):  # what the failed run may have left: written again below
+                try:
+                    os.unlink(tmp / name)
+                except OSError:
+                    pass
     if not bwrap_path:
         argv = [sys.executable, "-I", str(CHILD_SCRIPT), str(tmp / "job.json")]
         return run_limited(argv, cwd=work, timeout_s=timeout_s, memory_mb=memory_mb)
-    argv = spawn_command(bwrap_path, tmp, CHILD_SCRIPT)
-    done = run_limited(argv, cwd=work, timeout_s=timeout_s, memory_mb=memory_mb, env=EMPTY_ENV,
-                       before=group.join if group else None)
+    folder = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the sandbox's one way to the host
+    try:
+        argv = spawn_command(bwrap_path, folder, timeout_s, disk_mb)
+        # The sandbox's first process ends the sample at its time limit and then copies its result out;
+        # the wall clock here is a backstop a little after that.
+        done = run_limited(argv, cwd=work, timeout_s=timeout_s, memory_mb=memory_mb, env=EMPTY_ENV,
+                           before=group.join if group else None, pass_fds=(folder,), wall_s=timeout_s + COPY_OUT_S)
+    finally:
+        os.close(folder)
     done.returncode = from_bwrap(done.returncode)
     return done
 
 
-def _read_model(path: Path, model: type[Any]) -> Any:
+def _read_note(tmp: Path) -> dict[str, Any]:
     try:
-        return model.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError, ValueError):
+        note = json.loads(folder_access.read_bytes(tmp, (NOTE,), limit=NOTE_BYTES))
+    except (StoreError, OSError, ValueError):
+        return {}
+    return note if isinstance(note, dict) else {}
+
+
+def _read_model(tmp: Path, name: str, model: type[Any], refused: list[str]) -> Any:
+    """``tmp``/``name`` parsed as ``model``: read regular-file-only, no link followed, no FIFO waited on, at most
+    its bound (what it is when it is refused is added to ``refused``); None when absent, refused or invalid."""
+    try:
+        raw = folder_access.read_bytes(tmp, (name,), limit=OUT_FILES[name])
+    except folder_access.Missing:
+        return None
+    except folder_access.TooLarge as exc:
+        refused.append(str(exc))  # "result.json holds N bytes, more than ..."
+        return None
+    except (StoreError, OSError):
+        try:
+            what = folder_access.describe(os.lstat(tmp / name))
+        except OSError:
+            what = "unreadable"
+        refused.append(f"{name}: {what}, refused")
+        return None
+    try:
+        return model.model_validate_json(raw)
+    except (ValidationError, ValueError):
         return None

@@ -11,6 +11,7 @@ from typing import Any
 from agents.evaluation.child import ChildRun
 from agents.evaluation.compare import same, short, state_differences
 from agents.evaluation.models import ChildError, ChildResult, Layer, Sample
+from agents.sandbox.nest import DISK_MB
 
 
 @dataclass
@@ -39,8 +40,21 @@ def _phase_layer(phase: str) -> Layer:
     return "L3" if phase == "checkers" else "L2"
 
 
-def classify(sample: Sample, run: ChildRun, *, timeout_s: float, memory_mb: int) -> Verdict:
+def classify(sample: Sample, run: ChildRun, *, timeout_s: float, memory_mb: int, disk_mb: int = DISK_MB) -> Verdict:
     """The layer of a sample's failure (first match wins) or None when it passed."""
+    verdict = _classify(sample, run, timeout_s, memory_mb)
+    if verdict.layer is None:
+        return verdict
+    if run.result is None:  # what stood where its result should be, and was refused
+        verdict.reason += "".join(f"; {why}" for why in run.refused if why.startswith("result.json"))
+    if run.disk_full:  # whatever failed next (a write of the tool's, the child's own result) failed for want of room
+        verdict.reason = f"disk limit ({disk_mb} MB) of the sample's folder reached: {verdict.reason}"
+    return verdict
+
+
+def _classify(sample: Sample, run: ChildRun, timeout_s: float, memory_mb: int) -> Verdict:
+    if run.problem is not None:
+        return Verdict("L2", run.problem)
     result = run.result
     if result is None or (not result.completed and result.error is None):
         return _classify_dead(run, timeout_s, memory_mb)

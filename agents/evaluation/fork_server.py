@@ -10,15 +10,23 @@ process group and its kill are the same as a spawned child's (docs/evaluation.md
 If the server cannot be started or dies, the sample it was running is run again the old
 way (``run_limited``), so a sample is never lost to the server; the next sample starts a
 new server. ``BATON_SAMPLE_SERVER=0`` turns the server off (every sample spawned).
+
+Each server has a folder of its own in the temporary folder (``baton-fork-server-<pid>-*``,
+its samples' folders inside), locked by the worker process for as long as it lives. A worker
+killed with 9 cannot remove it; the next server that starts, in any worker, removes every
+such folder whose lock nobody holds (``prune_homes``), as ``cgroup.prune`` does for cgroups.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import itertools
 import json
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +39,7 @@ from agents.processes import Finished, kill_group, minimal_env
 from agents.sandbox import cgroup
 from agents.sandbox.bwrap import EMPTY_ENV, usable_bwrap
 from agents.sandbox.limits import MAX_PROCESSES
-from agents.sandbox.nest import SAMPLE_DIR
+from agents.sandbox.nest import DISK_MB, SAMPLE_DIR
 from agents.sandbox.policy import evaluation_confined
 from agents.sandbox.sample import server_command
 
@@ -39,6 +47,8 @@ log = logging.getLogger(__name__)
 SERVER_SCRIPT = Path(__file__).with_name("fork_server_main.py")
 SERVER_ENV = "BATON_SAMPLE_SERVER"
 GRACE_S = 30.0  # beyond the sample's own limit, which the server enforces: a backstop only
+HOME_PREFIX = "baton-fork-server-"
+LOCK = "owner.lock"  # in a server's folder, locked (flock) by the worker process that started the server
 
 
 class ServerGone(RuntimeError):
@@ -70,6 +80,49 @@ def _spawn(*args: Any, **kwargs: Any) -> subprocess.Popen:
     return executor.submit(subprocess.Popen, *args, **kwargs).result()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def prune_homes(directory: Path | None = None) -> list[Path]:
+    """Remove the folders of servers whose worker is gone (killed before it could remove its own): those
+    whose lock no process holds (the kernel drops a lock with its last holder, whatever killed it, and in
+    any PID namespace), and those without a lock whose worker's pid is gone (killed between making its
+    folder and locking it). What was removed."""
+    removed = []
+    base = Path(directory or tempfile.gettempdir())
+    try:
+        entries = [e for e in os.scandir(base) if e.name.startswith(HOME_PREFIX) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for entry in entries:
+        home = Path(entry.path)
+        try:
+            fd = os.open(home / LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            owner = re.match(rf"{HOME_PREFIX}(\d+)-", entry.name)
+            if owner is None or _alive(int(owner.group(1))):
+                continue  # a folder of the code before, or a worker that is locking its folder now
+        except OSError:
+            continue
+        else:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: its worker lives
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+        shutil.rmtree(home, ignore_errors=True)  # links in it are removed, never followed
+        removed.append(home)
+    return removed
+
+
 class ForkServer:
     """One running ``fork_server_main.py`` and the samples waiting on it. Confined, the server
     runs in a sandbox of its own (agents/sandbox/sample.py) and each sample it forks gets
@@ -78,7 +131,10 @@ class ForkServer:
 
     def __init__(self, confined: bool = False) -> None:
         self.confined = confined
-        self.home = Path(tempfile.mkdtemp(prefix="baton-fork-server-"))
+        prune_homes()
+        self.home = Path(tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{os.getpid()}-"))
+        self.owner = os.open(self.home / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.owner, fcntl.LOCK_EX)  # held until this process ends (a forked worker's copy holds it too)
         self.samples: Path | None = None
         self.cgroup: cgroup.Group | None = None
         argv, env = [sys.executable, "-I", str(SERVER_SCRIPT)], minimal_env(self.home)
@@ -110,14 +166,17 @@ class ForkServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def run(self, folder: Path, timeout_s: float, memory_mb: int, cgroups: list[str] | None = None) -> Finished:
-        """Run the sample of ``folder``/job.json (a folder under ``samples`` when confined)."""
+    def run(self, folder: Path, timeout_s: float, memory_mb: int, cgroups: list[str] | None = None,
+            disk_mb: int = DISK_MB) -> Finished:
+        """Run the sample of ``folder``/job.json (a folder under ``samples`` when confined: the sample
+        then has it in a tmpfs of ``disk_mb``, and its result is copied back out when it ends)."""
         future: Future[dict[str, Any]] = Future()
         inside = SAMPLE_DIR if self.confined else str(folder)
         request = {"job": f"{inside}/job.json", "cwd": f"{inside}/work", "timeout_s": timeout_s,
                    "memory_mb": memory_mb}
         if self.confined:
-            request.update(sandboxed=True, name=folder.name, cgroups=cgroups or [], max_processes=MAX_PROCESSES)
+            request.update(sandboxed=True, name=folder.name, cgroups=cgroups or [], max_processes=MAX_PROCESSES,
+                           disk_mb=disk_mb)
         with self.lock:
             request_id = next(self.ids)
             self.waiting[request_id] = future
@@ -185,12 +244,20 @@ class ForkServer:
         self.reader.join(timeout=5)
         if self.cgroup is not None:
             self.cgroup.close()
+        if self.owner < 0:
+            return  # closed before
+        try:
+            os.unlink(self.home / LOCK)
+        except OSError:
+            pass
         for folder in (self.samples, self.home):
             try:
                 if folder is not None:
                     folder.rmdir()
             except OSError:
                 pass
+        os.close(self.owner)
+        self.owner = -1
 
 
 _server: ForkServer | None = None

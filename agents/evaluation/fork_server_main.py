@@ -22,8 +22,10 @@ Protocol, one JSON object a line. On stdin, one request per sample::
     {"id": 7, "job": "/tmp/x/job.json", "cwd": "/tmp/x/work", "timeout_s": 10, "memory_mb": 512}
 
 sandboxed: ``{"id": 7, "job": "/sample/job.json", "cwd": "/sample/work", ..., "sandboxed": true,
-"name": "baton-eval-x", "cgroups": ["memory/baton-1-7"], "max_processes": 64}`` (the folder
-is ``/samples/<name>``, its cgroups ``/cgroup/<each>``).
+"name": "baton-eval-x", "cgroups": ["memory/baton-1-7"], "max_processes": 64, "disk_mb": 1024}``
+(the folder is ``/samples/<name>``, copied into a tmpfs of ``disk_mb`` at ``/sample`` and its
+result copied back out by the child, which waits for the sample in a namespace of its own;
+its cgroups ``/cgroup/<each>``).
 
 On stdout: ``{"ready": true}`` once; for each request ``{"id": 7, "pid": 1234}`` when its child
 has started (the child leads process group 1234), then, in the order children end::
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 POLL_S = 0.05  # how often deadlines are looked at while children run
+COPY_OUT_S = 5.0  # after the time limit's kill, what a sandboxed child may take to copy its sample's result out
 NICE = 5  # added to the worker's: on a busy machine the workers' own threads, then the samples
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -97,6 +100,7 @@ def _sample(request: dict[str, Any], out_w: int, err_w: int, server: Server) -> 
     die_with_parent(server.pid)
     # Its own process group, to be killed as a whole, in the server's session: a session of its own would
     # be an autogroup of its own, with a full share of the CPU whatever its niceness (agents/priority.py).
+    server_group = os.getpgid(server.pid)
     os.setpgid(0, 0)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -106,7 +110,8 @@ def _sample(request: dict[str, Any], out_w: int, err_w: int, server: Server) -> 
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     if request.get("sandboxed"):  # namespaces of its own, inside the server's sandbox
-        server.nest.enter(str(request["name"]), list(request.get("cgroups", [])), int(request["max_processes"]))
+        server.nest.enter(str(request["name"]), list(request.get("cgroups", [])), int(request["max_processes"]),
+                          int(request.get("disk_mb", server.nest.DISK_MB)), server_group)
     cwd = Path(request["cwd"])
     sample_env = server.processes.minimal_env(cwd)  # PATH and LANG of the server's own minimal environment
     os.environ.clear()
@@ -167,7 +172,7 @@ class Server:
             self.stdin_open = False
             self.selector.unregister(0)
             for child in self.children.values():
-                child.deadline = 0.0
+                child.deadline, child.timed_out = 0.0, True  # killed at once, copied out by nobody
             return
         self.inbox += chunk
         while b"\n" in self.inbox:
@@ -224,11 +229,15 @@ class Server:
             ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
             if not ended and now < child.deadline:
                 continue
-            child.timed_out = not ended
-            try:
-                os.killpg(pid, signal.SIGKILL)  # at the time limit, and to end what the child left running
-            except (ProcessLookupError, PermissionError):
-                pass
+            if not ended and not child.timed_out:
+                # The time limit: the sample's group is killed. A sandboxed child has left that group (nest.py)
+                # and now copies out what its sample left, within a bound of its own; one that is not ends now.
+                child.timed_out, child.deadline = True, now + COPY_OUT_S
+                _kill_group(pid)
+                continue
+            if not ended:
+                _kill(pid)  # the copy took too long
+            _kill_group(pid)  # to end what the child left running
             _, status = os.waitpid(pid, 0)
             del self.children[pid]
             self._finish(child, os.waitstatus_to_exitcode(status))
@@ -246,6 +255,20 @@ class Server:
         if self.stdin_open:
             self.reply({"id": child.request_id, "returncode": returncode, "timed_out": child.timed_out,
                         "stdout_tail": out.text(), "stderr_tail": err.text()})
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def main() -> int:

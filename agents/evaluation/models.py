@@ -66,6 +66,7 @@ class Failure(BaseModel):
 class Limits(BaseModel):
     timeout_s: float
     memory_mb: int
+    disk_mb: int | None = None  # the size of each sample's folder; None in reports from before it had one
 
 
 class RunSummary(BaseModel):
@@ -96,6 +97,7 @@ class Report(BaseModel):
     run: int = 1  # the how-many-th evaluation of this iteration
     previous_runs: list[RunSummary] = Field(default_factory=list)
     sandbox: Literal["bwrap", "none"] = "bwrap"  # none: a person ran the samples unconfined (BATON_EVAL_SANDBOX)
+    notes: list[str] | None = None  # e.g. the entries of tools/ that were not copied into the samples
 
 
 class ChildError(BaseModel):

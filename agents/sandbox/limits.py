@@ -10,3 +10,6 @@ from __future__ import annotations
 
 MAX_PROCESSES = 64  # per sample or Bash command, its init and shell included
 BASH_MEMORY_MB = 2048  # a Bash command's share: cgroup for the whole, RLIMIT_AS per process
+# A sample's folder: a tmpfs of this size (``eval_disk_mb``), so in memory, where a cgroup counts it too.
+# nest.DISK_MB is the same figure for a request that names none.
+EVAL_DISK_MB = 1024

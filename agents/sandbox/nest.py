@@ -6,25 +6,38 @@ the server's sandbox. The server's sandbox already has no network, no host proce
 environment and a read-only system; what one sample must not share with another, or with
 the server, is made here, in the forked child, before any generated code runs:
 
-1. the child joins the sample's cgroups (``/cgroup/<hierarchy>/<name>``, when the worker made them);
+1. the child joins the sample's cgroups (``/cgroup/<hierarchy>/<name>``, when the worker made them)
+   and opens its folder (``/samples/<name>``, what the worker put there: ``job.json`` and ``work/``);
 2. it unshares a user namespace (so it may mount, and so ``RLIMIT_NPROC`` counts this sample's
    processes only), a mount namespace and a PID namespace, and forks: the grandchild is PID 1
    of the new namespace, a small init that forks the sample and ends when it does; then the
    kernel ends everything the sample started;
-3. the grandchild binds its own folder at ``/sample``, covers the folder of all samples and
-   the cgroups with empty read-only tmpfs, mounts a ``/proc`` of its own (none where the kernel
-   refuses one: under a root worker's bwrap) and a fresh ``/tmp``, drops every capability,
-   sets ``no_new_privs`` and forbids further user namespaces (a sysctl where it can write
-   one, and a seccomp filter);
-4. the child waits for the init and exits as the sample did.
+3. the grandchild mounts a tmpfs of the sample's disk limit at ``/sample`` and copies the folder
+   into it (the sample's disk is that tmpfs: it cannot write a byte more, nor anything on the
+   host), covers the folder of all samples and the cgroups with empty read-only tmpfs, mounts a
+   ``/proc`` of its own (none where the kernel refuses one: under a root worker's bwrap) and a
+   fresh ``/tmp``, drops every capability, sets ``no_new_privs`` and forbids further user
+   namespaces (a sysctl where it can write one, and a seccomp filter that also kills a process
+   calling in through another architecture's gate);
+4. the child, outside the sample's PID namespace and out of its process group (so the kill at
+   the time limit leaves it), waits for the init, then copies the sample's ``result.json`` and
+   ``progress.json`` back into the folder (``copy_out``: regular files only, never a link
+   followed, never a FIFO waited on, each within a bound) with a note of what it refused and of
+   how full the disk was (``sandbox.json``), and exits as the sample did.
+
+``copy_in`` and ``copy_out`` also serve a spawned sample (``agents/evaluation/spawned_main.py``),
+whose tmpfs bwrap makes.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
+import json
 import os
 import resource
 import signal
+import stat
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -39,6 +52,18 @@ TMP_SIZE = "size=64m"  # a sample's own /tmp: its HOME and TMPDIR are its folder
 SAMPLE_DIR = "/sample"
 ALL_SAMPLES_DIR = "/samples"
 CGROUP_DIR = "/cgroup"
+MIB = 1024 * 1024
+DISK_MB = 1024  # a sample's folder, when nobody says otherwise (ToolSettings.eval_disk_mb)
+INODES = 65_536  # files and folders in a sample's folder: each costs kernel memory a size cannot see
+IN_FILES = ("job.json", "work")  # what the worker puts in a sample's folder
+# What comes back out of a sample's folder, and how much of each: the result carries the initial and
+# final data (the data of a large scenario is a few MB), the progress a phase and a few checker names.
+OUT_FILES = {"result.json": 64 * MIB, "progress.json": 1 * MIB}
+NOTE = "sandbox.json"  # written beside them by the process that copied them out (never the sample)
+FULL_BELOW = 1 * MIB  # a folder with less than this free counts as full
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -64,7 +89,8 @@ def _write(path: str, text: str) -> None:
 
 # The syscall numbers a filter needs, by machine: (audit arch, unshare, clone, clone3).
 SYSCALLS = {"x86_64": (0xC000003E, 272, 56, 435), "aarch64": (0xC00000B7, 97, 220, 435)}
-SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
+X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 calls: the same audit arch, other numbers
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 EPERM, ENOSYS = 1, 38
 
@@ -80,14 +106,21 @@ class _SockFprog(ctypes.Structure):
 def _forbid_user_namespaces() -> None:
     """A seccomp filter: unshare and clone with CLONE_NEWUSER fail (EPERM), clone3 is answered ENOSYS
     (its flags sit behind a pointer; libc then falls back to clone), as bwrap's --disable-userns does
-    with a sysctl the kernel may not let a root worker's sample write. No-op on other machines."""
+    with a sysctl the kernel may not let a root worker's sample write. No-op on other machines.
+
+    The architecture is checked first: a call through another one's gate (``int 0x80`` on x86_64, the
+    i386 table, where unshare is 310, not 272) or x86_64's x32 numbers kills the process, as libseccomp
+    does by default. Allowing them let an i386 unshare through and the sample mounted a tmpfs."""
     arch, unshare, clone, clone3 = SYSCALLS.get(os.uname().machine, (0, 0, 0, 0))
     if not arch:
         return
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
     program = [
-        (ld, 0, 0, 4), (jeq, 0, 4, arch),  # another architecture's calls: allowed (and not ours to number)
-        (ld, 0, 0, 0), (jeq, 3, 0, unshare), (jeq, 2, 0, clone), (jeq, 5, 0, clone3),
+        (ld, 0, 0, 4), (jeq, 1, 0, arch),  # seccomp_data.arch: ours, or the process is killed
+        (ret, 0, 0, SECCOMP_RET_KILL_PROCESS),
+        (ld, 0, 0, 0), (jge, 0, 1, X32_SYSCALL_BIT),  # seccomp_data.nr: x32's (or past any table) are killed
+        (ret, 0, 0, SECCOMP_RET_KILL_PROCESS),
+        (jeq, 3, 0, unshare), (jeq, 2, 0, clone), (jeq, 5, 0, clone3),
         (ret, 0, 0, SECCOMP_RET_ALLOW),
         (ld, 0, 0, 16), (jset, 0, 1, CLONE_NEWUSER),  # the flags: the first argument's low 32 bits
         (ret, 0, 0, SECCOMP_RET_ERRNO | EPERM), (ret, 0, 0, SECCOMP_RET_ALLOW),
@@ -117,15 +150,20 @@ def _own_namespaces() -> None:
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
 
 
-def _wait_and_exit_as(pid: int) -> None:
-    """In the child outside the namespace: end as the sample did (PID 1 reports a signal as 128 + its number)."""
+def _wait_and_exit_as(pid: int, folder: int, group: int) -> None:
+    """In the child outside the namespace: leave the sample's process group for ``group`` (the server's), so
+    the kill at the time limit ends the sample but not this process; wait for the init; copy what the sample
+    left for the worker into ``folder``; end as the sample did (PID 1 reports a signal as 128 + its number)."""
     code = 1
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)  # the group kill is SIGKILL; these must not orphan the sample
+        if group:
+            os.setpgid(0, group)
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
         code = -(code - 128) if code > 128 else code
+        copy_out(SAMPLE_DIR, folder)  # the init has ended, and every process of the sample with it
     finally:
         if code < 0:
             signal.signal(-code, signal.SIG_DFL)
@@ -148,11 +186,15 @@ def _init(pid: int) -> None:
         os._exit(code)
 
 
-def _seal(name: str, max_processes: int) -> None:
-    """In PID 1 of the new namespaces: only its own folder, its own /proc, no capability."""
+def _seal(folder: int, max_processes: int, disk_bytes: int) -> None:
+    """In PID 1 of the new namespaces: its own folder in a tmpfs of its disk limit, its own /proc, no capability."""
     _call(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")
     _mount("none", "/", None, MS_REC | MS_PRIVATE)
-    _mount(f"{ALL_SAMPLES_DIR}/{name}", SAMPLE_DIR, None, MS_BIND | MS_REC)
+    _mount("none", SAMPLE_DIR, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk_bytes},nr_inodes={INODES},mode=755")
+    try:
+        copy_in(folder, SAMPLE_DIR)
+    finally:
+        os.close(folder)
     for hidden in (ALL_SAMPLES_DIR, CGROUP_DIR):
         if os.path.isdir(hidden):
             _mount("none", hidden, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=555")
@@ -172,17 +214,128 @@ def _seal(name: str, max_processes: int) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
 
 
-def enter(name: str, cgroups: list[str], max_processes: int) -> None:
-    """Called in the forked child; returns in the sample's process (PID 2 of its own
-    namespaces, sealed, under an init of its own as bwrap gives a spawned sample)."""
-    for group in cgroups:
-        _write(f"{CGROUP_DIR}/{group}/cgroup.procs", str(os.getpid()))
+def enter(name: str, cgroups: list[str], max_processes: int, disk_mb: int = DISK_MB, group: int = 0) -> None:
+    """Called in the forked child; returns in the sample's process (PID 2 of its own namespaces, sealed, under
+    an init of its own as bwrap gives a spawned sample). ``group``: the process group the waiting child moves
+    to (the server's), out of the one the server kills at the time limit."""
+    for cgroup in cgroups:
+        _write(f"{CGROUP_DIR}/{cgroup}/cgroup.procs", str(os.getpid()))
+    folder = os.open(f"{ALL_SAMPLES_DIR}/{name}", _DIR)  # before the init covers /samples
     _own_namespaces()
     pid = os.fork()
     if pid:
-        _wait_and_exit_as(pid)
-    _seal(name, max_processes)
+        _wait_and_exit_as(pid, folder, group)
+    _seal(folder, max_processes, disk_mb * MIB)
     pid = os.fork()
     if pid:
         _init(pid)
     _call(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")
+
+
+# ---- the sample's folder: in before it starts, out after it ended -----------------------------------------
+
+
+def copy_in(source: int, dest: str) -> None:
+    """Copy ``job.json`` and ``work/`` of the folder ``source`` (the worker's copy: regular files and folders)
+    into ``dest``, the sample's tmpfs. OSError (ENOSPC) saying so when they do not fit in it."""
+    target = os.open(dest, _DIR)
+    try:
+        _copy_entries(source, target, IN_FILES)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise OSError(exc.errno, "the sample's files (job.json, tools/ and checkers/) do not fit in its "
+                                     "disk limit (eval_disk_mb)") from None
+        raise
+    finally:
+        os.close(target)
+
+
+def _copy_entries(source: int, target: int, names: tuple[str, ...] | list[str]) -> None:
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=source, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            os.mkdir(name, 0o755, dir_fd=target)
+            inner_source, inner_target = os.open(name, _DIR, dir_fd=source), os.open(name, _DIR, dir_fd=target)
+            try:
+                _copy_entries(inner_source, inner_target, sorted(os.listdir(inner_source)))
+            finally:
+                os.close(inner_source)
+                os.close(inner_target)
+        elif stat.S_ISREG(st.st_mode):
+            why = _copy_file(source, name, target, None)
+            if why:
+                raise OSError(errno.EINVAL, f"{name}: {why}")
+
+
+def copy_out(sample: str, folder: int, note: dict[str, object] | None = None) -> None:
+    """Copy ``result.json`` and ``progress.json`` of the sample's folder ``sample`` into ``folder``, each a
+    regular file of one link within its bound (``OUT_FILES``), opened without following a link and without
+    waiting on a FIFO; then ``sandbox.json``: what was refused and why, how full the folder was, and ``note``.
+    Run by a process the sample cannot reach, after the sample ended."""
+    refused: list[str] = []
+    disk: dict[str, object] = {}
+    try:
+        source = os.open(sample, _DIR)
+    except OSError as exc:
+        refused.append(f"{sample}: {exc.strerror}")
+    else:
+        try:
+            for name, limit in OUT_FILES.items():
+                why = _copy_file(source, name, folder, limit)
+                if why:
+                    refused.append(f"{name}: {why}, refused")
+            space = os.fstatvfs(source)
+            size, free = space.f_blocks * space.f_frsize, space.f_bavail * space.f_frsize
+            disk = {"disk_bytes": size, "disk_free": free, "disk_full": free < min(FULL_BELOW, size // 16)}
+        finally:
+            os.close(source)
+    text = json.dumps({"refused": refused, **disk, **(note or {})}).encode()
+    fd = os.open(NOTE, _NEW, 0o644, dir_fd=folder)
+    try:
+        os.write(fd, text)
+    finally:
+        os.close(fd)
+
+
+def _copy_file(source: int, name: str, target: int, limit: int | None) -> str | None:
+    """Copy the regular file ``name`` from the folder ``source`` to ``target``; None when copied (or absent),
+    else why not. At most ``limit`` bytes (None: as many as the target takes)."""
+    try:
+        fd = os.open(name, _FILE, dir_fd=source)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return "a symlink (never followed)" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return f"{_what(st.st_mode)}, not a regular file"
+        if st.st_nlink > 1:
+            return f"a file with {st.st_nlink} hard links"
+        if limit is not None and st.st_size > limit:
+            return f"{st.st_size} bytes, more than the {limit // MIB} MiB taken"
+        os.set_blocking(fd, True)
+        out = os.open(name, _NEW, 0o755 if st.st_mode & 0o111 else 0o644, dir_fd=target)
+        try:
+            copied = 0
+            while sent := os.sendfile(out, fd, None, 1 << 20 if limit is None else min(1 << 20, limit + 1 - copied)):
+                copied += sent
+                if limit is not None and copied > limit:
+                    os.unlink(name, dir_fd=target)
+                    return f"grew past the {limit // MIB} MiB taken while it was copied"
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+    return None
+
+
+def _what(mode: int) -> str:
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return word
+    return "not a regular file"

@@ -1,9 +1,12 @@
 """How an evaluation sample's folder is seen from inside its sandbox, and the bwrap command
 that runs a spawned sample (one forked by the sample server is confined by ``nest.py``).
 
-The sample's temp folder (``job.json``, ``result.json``, ``progress.json`` and ``work/`` with
-the copies of tools/ and checkers/) is bound read-write at ``/sample``: the only host folder
-it can change. ``child_main.py`` is bound read-only; baton's other files are not there.
+The sample's folder is a tmpfs of its disk limit at ``/sample`` (bwrap's ``--size``): it can
+write nothing on the host. Its first process, ``spawned_main.py`` (PID 1, ``--as-pid-1``),
+copies ``job.json`` and ``work/`` (the copies of tools/ and checkers/) into it from the host
+folder, which it holds as an open descriptor (no host folder is mounted), runs the sample,
+and copies ``result.json`` and ``progress.json`` back out when it has ended. ``child_main.py``,
+``spawned_main.py`` and ``nest.py`` are bound read-only; baton's other files are not there.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import sys
 from pathlib import Path
 
 from agents.sandbox import bwrap
-from agents.sandbox.nest import CGROUP_DIR, SAMPLE_DIR
+from agents.sandbox.nest import CGROUP_DIR, MIB, SAMPLE_DIR
 
 AGENTS_DIR = Path(__file__).resolve().parents[1]  # read-only at /baton/agents in the sample server's sandbox
 INSIDE_AGENTS = "/baton/agents"
+SPAWNED_FILES = ("evaluation/spawned_main.py", "evaluation/child_main.py", "sandbox/nest.py")
 
 
 def inside_env(home: str) -> dict[str, str]:
@@ -23,13 +27,14 @@ def inside_env(home: str) -> dict[str, str]:
     return {"PATH": ":".join(bwrap.python_path_dirs()), "LANG": "C.UTF-8", "HOME": home, "TMPDIR": home}
 
 
-def spawn_command(bwrap_path: str, folder: Path, child_script: Path) -> list[str]:
-    """Run ``child_script`` on ``folder``/job.json, with ``folder`` at /sample."""
-    script = f"{INSIDE_AGENTS}/evaluation/{child_script.name}"
+def spawn_command(bwrap_path: str, folder_fd: int, timeout_s: float, disk_mb: int) -> list[str]:
+    """Run the sample of the host folder open as ``folder_fd`` (pass it to the sandbox) in a tmpfs of
+    ``disk_mb`` at /sample, ended at ``timeout_s`` by its first process (``spawned_main.py``)."""
+    read_only = {AGENTS_DIR / name: f"{INSIDE_AGENTS}/{name}" for name in SPAWNED_FILES}
     return bwrap.command(
-        bwrap_path, writable={folder: SAMPLE_DIR}, read_only={child_script: script},
-        chdir=f"{SAMPLE_DIR}/work", env=inside_env(SAMPLE_DIR),
-        argv=[sys.executable, "-I", script, f"{SAMPLE_DIR}/job.json"],
+        bwrap_path, writable={}, read_only=read_only, chdir="/", env=inside_env(SAMPLE_DIR),
+        argv=[sys.executable, "-I", f"{INSIDE_AGENTS}/{SPAWNED_FILES[0]}", str(folder_fd), repr(float(timeout_s))],
+        extra=["--as-pid-1", "--size", str(disk_mb * MIB), "--tmpfs", SAMPLE_DIR],
     )
 
 
