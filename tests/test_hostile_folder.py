@@ -153,3 +153,60 @@ def test_a_fifo_as_report_does_not_hang_the_handoff_check(tmp_path):
 
     result = within(10, lambda: SubmitHandoff("execute").run({"payload": payload}, ctx))
     assert result.status == "error" and "report.json" in (result.error or ""), result
+
+
+def test_evaluate_never_writes_through_a_linked_traces_folder(finished_run, tmp_path):
+    """`baton evaluate` wrote its traces through a planted `traces -> elsewhere` link (its writer had no root):
+    files there were deleted and new ones written. Now the link is removed and a real folder written."""
+    root = finished_run.copy_to(tmp_path / "scenarios")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("a.json", "b.json", "keep.txt"):
+        (elsewhere / name).write_text("theirs\n")
+    traces = root / "execution_outputs" / "iteration_2" / "traces"
+    for old in traces.iterdir():
+        old.unlink()
+    traces.rmdir()
+    traces.symlink_to(elsewhere)
+    done = baton(root, "evaluate", "refund_desk", "--iteration", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["a.json", "b.json", "keep.txt"]
+    assert all(p.read_text() == "theirs\n" for p in elsewhere.iterdir())
+    assert not traces.is_symlink() and traces.is_dir() and any(traces.glob("*.json"))
+
+
+def test_export_follows_no_link_into_the_policy_or_the_tools(finished_run, tmp_path):
+    """A linked design/business_rules.md once put a credentials file into the policy the model under test reads,
+    and a link in tools/ carried the exporter's environment and another scenario's log into the export."""
+    root = finished_run.copy_to(tmp_path / "scenarios")
+    (tmp_path / "secret.txt").write_text(f"password {SECRET}\n")
+    other = tmp_path / "other" / "state" / "execute"
+    other.mkdir(parents=True)
+    (other / "log.jsonl").write_text(f'{{"note": "{SECRET}"}}\n')
+    tools = root / "execution_outputs" / "iteration_2" / "tools"
+    (tools / "env.txt").symlink_to("/proc/self/environ")
+    (tools / "other").symlink_to(tmp_path / "other")
+    out = tmp_path / "export"
+    done = baton(root, "export", "refund_desk", "--to", "inspect", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "env.txt" in done.stdout and "other" in done.stdout
+    assert not (out / "tools" / "env.txt").exists() and not (out / "tools" / "other").exists()
+    rules = root / "design" / "business_rules.md"
+    rules.unlink()
+    rules.symlink_to(tmp_path / "secret.txt")
+    done = baton(root, "export", "refund_desk", "--to", "inspect", "--out", str(tmp_path / "export2"))
+    assert done.returncode == 2 and "business_rules.md" in done.stdout + done.stderr
+    assert not (tmp_path / "export2").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("inspect")
+def test_try_neither_hangs_nor_follows(finished_run, tmp_path):
+    pytest.importorskip("inspect_ai")
+    root = planted_copy(finished_run, tmp_path, "fifo", places=[p for p in PLACES if "tryout" not in p])
+    plant(root, "execution_outputs/iteration_2/tools/secret.txt", "secret")
+    done = baton(root, "try", "refund_desk", "--model", "mockllm/model", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    task = root / "execution_outputs" / "iteration_2" / "inspect_task"
+    assert not (task / "tools" / "planted.txt").exists() and not (task / "tools" / "secret.txt").exists()
+    assert (root / "execution_outputs" / "iteration_2" / "tryout.json").is_file()
