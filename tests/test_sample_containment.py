@@ -118,6 +118,30 @@ def plant(data, kind, secret):
     os._exit(0)
 
 
+def reach_out(data):
+    """Every folder a process it can see holds open (/proc/<pid>/fd): a file written into each; and whether it
+    can trace PID 1 (which, for a spawned sample, holds the sample's folder on the host open)."""
+    import ctypes
+    written = []
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()] if os.path.isdir("/proc") else []:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            target = f"/proc/{pid}/fd/{fd}"
+            try:
+                if os.path.isdir(target):
+                    with open(os.path.join(target, "planted.txt"), "w") as fh:
+                        fh.write("x")
+                    written.append(os.readlink(target))
+            except OSError:
+                continue
+    libc = ctypes.CDLL(None, use_errno=True)
+    traced = libc.ptrace(16, 1, None, None) == 0  # PTRACE_ATTACH
+    return {"written": written, "traced": traced}
+
+
 def peek(data, names, parts):
     """Which of ``parts`` the copies of tools/<name> hold (a file, or every file below a folder)."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -262,6 +286,17 @@ def test_what_a_sample_leaves_for_its_result_cannot_hold_the_step(root, tmp_path
     assert MARKER not in stored
     assert peak_kib < 768 * 1024, f"a process of the evaluation held {peak_kib // 1024} MiB"
     assert "result.json" in json.dumps(trace["child"]["refused"])
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_the_host_folder_cannot_be_reached_through_another_process(root, way):
+    """A spawned sample's first process holds the sample's folder on the host open (no host folder is mounted):
+    it is not dumpable, so neither its /proc/1/fd nor ptrace reaches it. A forked sample's init holds nothing."""
+    iteration(root, "reach_out")
+    result, _, _ = evaluated(way, root, "reach_out")
+    assert result["outputs"][0]["written"] == [], result["outputs"]
+    if way == "sample-spawned":
+        assert result["outputs"][0]["traced"] is False
 
 
 # ---- 4. links in what is copied into the sample ------------------------------------------------------------

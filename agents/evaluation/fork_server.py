@@ -91,10 +91,10 @@ def _alive(pid: int) -> bool:
 
 
 def prune_homes(directory: Path | None = None) -> list[Path]:
-    """Remove the folders of servers whose worker is gone (killed before it could remove its own): those
-    whose lock no process holds (the kernel drops a lock with its last holder, whatever killed it, and in
-    any PID namespace), and those without a lock whose worker's pid is gone (killed between making its
-    folder and locking it). What was removed."""
+    """Remove the folders of servers whose worker is gone (killed before it could remove its own): those whose
+    worker's pid (in the name) is not alive and whose lock nobody holds (the kernel drops a lock with its last
+    holder, whatever killed it; a worker of another PID namespace, whose pid means nothing here, holds its lock).
+    The pid covers the moment between a folder's making and its locking. What was removed."""
     removed = []
     base = Path(directory or tempfile.gettempdir())
     try:
@@ -102,20 +102,21 @@ def prune_homes(directory: Path | None = None) -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
+        owner = re.match(rf"{HOME_PREFIX}(\d+)-", entry.name)
+        if owner is None or _alive(int(owner.group(1))):
+            continue  # a folder of the code before, or its worker lives (or a process that took its pid)
         home = Path(entry.path)
         try:
             fd = os.open(home / LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            owner = re.match(rf"{HOME_PREFIX}(\d+)-", entry.name)
-            if owner is None or _alive(int(owner.group(1))):
-                continue  # a folder of the code before, or a worker that is locking its folder now
+            fd = -1  # killed before it locked it
         except OSError:
             continue
-        else:
+        if fd >= 0:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: its worker lives
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                continue
+                continue  # held: a fork of its worker lives on, or a worker of another PID namespace
             finally:
                 os.close(fd)
         shutil.rmtree(home, ignore_errors=True)  # links in it are removed, never followed
