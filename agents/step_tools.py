@@ -21,7 +21,7 @@ from context.messages import Message, ToolResultBlock, ToolUseBlock, parse_messa
 from context.reminders import reminder
 from context.todo_recap import recap_due
 from scenarios.journal import Journal
-from scenarios.store import relative, write_atomic
+from scenarios.store import relative
 
 Fault = Callable[[str, int], None]  # (point, step): tests inject crashes here
 
@@ -91,7 +91,7 @@ def _tool_result(disk: AgentDisk, tools: dict[str, Tool], ctx: ToolContext, use:
             disk.save_state()
         journal.drop()
         return disk.folder.read_text(archive)
-    if journal.exists():
+    if journal.pending():
         journal.rollback()  # a crash inside the call: what it changed goes back as it was
     fault(f"before_tool:{index}", step)
     ctx.files = journal
@@ -100,7 +100,7 @@ def _tool_result(disk: AgentDisk, tools: dict[str, Tool], ctx: ToolContext, use:
         tracing.tool_result(traced, parse_envelope(text).get("status"), relative(disk.layout.root, archive), text)
     fault(f"before_archive:{index}", step)
     journal.keep_memory(ctx.memory)
-    write_atomic(archive, text, disk.lease)
+    disk.folder.write_atomic(archive, text, disk.lease)
     fault(f"after_tool:{index}", step)
     disk.save_state()  # ctx.memory is the state's tool memory
     journal.drop()

@@ -511,3 +511,15 @@ def _remove_in(dir_fd: int, name: str, rel: str, left: list[str]) -> None:
         pass
     except OSError as exc:
         left.append(f"{rel}: {exc.strerror}")
+
+
+def remove_empty_folder(root: Path, parts: Sequence[str]) -> bool:
+    """rmdir ``root/parts`` by its parent's descriptor when it is an empty folder; whether it was removed."""
+    if not parts:
+        return False
+    try:
+        with directory(root, parts[:-1]) as parent:
+            os.rmdir(parts[-1], dir_fd=parent)
+        return True
+    except (Missing, Refused, OSError):
+        return False  # not empty, not a folder (a link is left), or gone

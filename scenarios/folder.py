@@ -164,6 +164,10 @@ class Folder:
         """Delete the file (or link) at ``path`` if there is one; a link is removed, never followed."""
         confined.unlink(self.root, self.parts(path), lease)
 
+    def remove_empty_folder(self, path: PathLike) -> bool:
+        """Remove the folder ``path`` if it is empty (by its parent's descriptor); whether it was removed."""
+        return confined.remove_empty_folder(self.root, self.parts(path))
+
     def remove_tree(self, path: PathLike) -> list[str]:
         """Delete the folder ``path`` and all below it, by descriptor (links are removed, never entered)."""
         return confined.remove_tree(self.root, self.parts(path))

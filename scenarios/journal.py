@@ -114,7 +114,7 @@ class Journal:
         path = self.folder / "memory.json"
         return self._own.read_json(path, "a tool call's kept memory") if self._own.exists(path) else None
 
-    def exists(self) -> bool:
+    def pending(self) -> bool:
         """Whether this call's undo log is on disk (a crash left it, or the call is running)."""
         return self._own.is_dir(self.folder)
 
@@ -123,10 +123,7 @@ class Journal:
         if self._own.exists(self.folder):
             with landing(self.lease, self.folder):
                 self._own.remove_tree(self.folder)
-                try:
-                    self.folder.parent.rmdir()  # journal/ itself, when no other call's log is left
-                except OSError:
-                    pass
+                self._own.remove_empty_folder(self.folder.parent)  # journal/ itself, when no other call's log is left
         self._saved.clear()
 
     @property

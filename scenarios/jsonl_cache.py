@@ -9,7 +9,7 @@ when it is unchanged, parses only the lines after it.
 
 Nothing is trusted that the bytes do not prove: a file rewritten, truncated or
 edited anywhere (by a human, a test, another host) fails the digest and is
-parsed whole, exactly as ``scenarios.store.read_jsonl`` would. A torn last line
+parsed whole, exactly as ``scenarios.store.parse_jsonl`` would. A torn last line
 is never kept: it is parsed on every read until a newline ends it.
 
 Items are shared between reads, so a parser must return objects nobody mutates

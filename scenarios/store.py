@@ -1,24 +1,24 @@
-"""The scenario folder on disk (docs/architecture.md): layout, atomic writes, fsynced appends.
+"""The scenario folder's shape (docs/architecture.md): its layout, names, the JSON and JSONL formats.
 
-Everything an agent produces or remembers lives here, so a run can be inspected
-and resumed from disk alone. Two write primitives only:
+Everything an agent produces or remembers lives in the folder, so a run can be inspected
+and resumed from disk alone. Nothing here opens a file: every read and write goes through
+``scenarios.folder`` (the one way in, ``scenarios.confined`` beneath it), whose two write
+primitives are:
 
-- ``write_atomic``: temp file in the same folder, fsync, rename, fsync the folder;
-  a reader sees the old file or the new one, never half of either.
-- ``append_jsonl``: one JSON object a line, fsynced before returning. A crash can
-  leave a torn last line; ``read_jsonl`` reports it and ignores it.
+- an atomic write: temp file beside the target, fsync, rename, fsync the folder;
+  a reader sees the old file or the new one, never half of either;
+- an fsynced append of one JSON object a line. A crash can leave a torn last line;
+  ``parse_jsonl`` reports it and ignores it.
 
-Both take the writer's ``Lease`` (``scenarios.lease``) when the write belongs to
-an agent's step: the rename or the append then lands only while that lease is
-still the current one, and a stale writer's temp file is removed.
+Both take the writer's ``Lease`` (``scenarios.lease``, ``landing``) when the write belongs
+to an agent's step: the rename or the append then lands only while that lease is still the
+current one.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,84 +47,14 @@ def check_name(name: str) -> str:
 # ---- writes --------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on directories; the rename is still atomic
-    finally:
-        os.close(fd)
-
-
 def landing(lease: Lease | None, path: Path) -> AbstractContextManager[None]:
     """Where a write lands: under ``lease`` when there is one (LeaseLost if it was taken over)."""
     return lease.held(path) if lease is not None else nullcontext()
 
 
-def write_atomic(path: Path, data: str | bytes, lease: Lease | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file, fsync, rename under ``lease``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-            fh.flush()
-            os.fsync(fh.fileno())
-        with landing(lease, path):
-            os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(path.parent)
-
-
 def json_text(value: Any) -> str:
     """The one JSON layout of baton's files: indented, keys sorted, a final newline."""
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
-
-
-def remove(path: Path, lease: Lease | None = None) -> None:
-    """Delete ``path`` if it exists (under ``lease`` when given)."""
-    with landing(lease, path):
-        Path(path).unlink(missing_ok=True)
-
-
-def write_json(path: Path, value: Any, lease: Lease | None = None) -> None:
-    write_atomic(path, json_text(value), lease)
-
-
-def append_jsonl(path: Path, record: Any, lease: Lease | None = None) -> None:
-    """Append one record as a line and fsync. A torn line left by an earlier crash
-    is ended first, so it stays one bad line instead of corrupting this record."""
-    path = Path(path)
-    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
-    if "\n" in line:  # json.dumps escapes newlines; this guards the one-line invariant
-        raise StoreError("a JSONL record must serialise to one line")
-    with landing(lease, path):  # the write under the lease (a stale writer creates nothing); the fsync after it
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path, "ab+")
-        try:
-            fh.seek(0, os.SEEK_END)
-            if fh.tell() > 0:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    fh.write(b"\n")
-            fh.write(line.encode("utf-8") + b"\n")
-            fh.flush()
-        except BaseException:
-            fh.close()
-            raise
-    with fh:
-        os.fsync(fh.fileno())
 
 
 # ---- reads ---------------------------------------------------------------------
@@ -143,15 +73,6 @@ class JsonlRead:
         return [f"line {n}: not valid JSON ({text!r}); ignored" for n, text in self.bad_lines]
 
 
-def read_jsonl(path: Path) -> JsonlRead:
-    """All records of a ``.jsonl`` file; unparsable lines are reported, never fatal."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        return JsonlRead()
-    return parse_jsonl(raw)
-
-
 def parse_jsonl(raw: bytes) -> JsonlRead:
     """The records of a ``.jsonl`` file's bytes; unparsable lines are reported, a torn last line flagged."""
     out = JsonlRead()
@@ -167,17 +88,6 @@ def parse_jsonl(raw: bytes) -> JsonlRead:
             if number == len(lines) and not ends_clean:
                 out.torn_tail = True
     return out
-
-
-def read_json(path: Path, what: str) -> Any:
-    """A JSON file, or a StoreError naming the file and what to do."""
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise StoreError(f"{what} not found at {path}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{what} at {path} is not valid JSON ({exc}); fix or delete the file") from None
 
 
 # ---- layout --------------------------------------------------------------------
@@ -254,20 +164,6 @@ def checked_relative(relative: str) -> str:
     if ".." in re.split(r"[\\/]", text):
         raise StoreError(f"{text!r} contains '..'; paths must stay inside the scenario folder")
     return text
-
-
-def inside(root: Path, relative: str) -> Path:
-    """``root/relative`` resolved, or StoreError if it would leave ``root``.
-
-    Refuses absolute paths, ``..`` segments and symlinks (at any level) that
-    point outside the folder. The path need not exist.
-    """
-    root = Path(root).resolve()
-    text = checked_relative(relative)
-    target = (root / text).resolve()
-    if target != root and root not in target.parents:
-        raise StoreError(f"{text!r} leaves the scenario folder through a symlink; refused")
-    return target
 
 
 def relative(root: Path, path: Path) -> str:

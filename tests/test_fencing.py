@@ -21,13 +21,25 @@ from agents.disk import AgentDisk, open_turn
 from agents.openings import execute_opening, init_opening
 from agents.step import run_turn
 from scenarios.lease import Lease, LeaseBusy, LeaseLost
-from scenarios.store import append_jsonl, read_jsonl, write_atomic
+from scenarios.folder import Folder
 from tests.agent_run import agents, assert_log_consistent, copy_example, handoff, turn_surviving_crashes
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 # ---- the lease itself -------------------------------------------------------------------------
+
+
+def append_jsonl(path: Path, record: dict, lease: Lease) -> None:
+    Folder(path.parent).append_jsonl(path.name, record, lease)
+
+
+def write_atomic(path: Path, text: str, lease: Lease) -> None:
+    Folder(path.parent).write_atomic(path.name, text, lease)
+
+
+def read_jsonl(path: Path):
+    return Folder(path.parent).read_jsonl(path.name)
 
 
 def test_a_writer_whose_lease_was_taken_writes_nothing(tmp_path: Path) -> None:

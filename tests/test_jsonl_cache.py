@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from agents.disk import AgentDisk
 from agents.events import WarningEvent, append_event, read_events
 from scenarios.jsonl_cache import JsonlCache, Problem
-from scenarios.store import Layout, read_jsonl
+from scenarios.folder import Folder
+from scenarios.store import Layout
 
 
 def _numbered(number: int, raw: Any) -> tuple[int, Any] | Problem:
@@ -23,7 +24,7 @@ def _numbered(number: int, raw: Any) -> tuple[int, Any] | Problem:
 
 def whole(path: Path) -> tuple[list, list[str], list, bool]:
     """What a fresh parse of the whole file says: the reference."""
-    lines = read_jsonl(path)
+    lines = Folder(path.parent).read_jsonl(path)
     items, problems = [], []
     for number, raw in enumerate(lines.records, start=1):
         item = _numbered(number, raw)

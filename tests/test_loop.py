@@ -122,13 +122,13 @@ def test_a_new_run_archives_the_finished_one(root):
 def _executed(root, claimed_rate: float, passed: int):
     """Iteration 1 handed off by Execute: a handoff claiming ``claimed_rate``, a report with ``passed`` of 10."""
     from scenarios.run import RunRecord, claim_run, save_run
-    from scenarios.store import write_json
+    from scenarios.folder import Folder
 
     save_run(root, RunRecord(scenario=root.name, phase="executing", target_success_rate=0.85), claim_run(root))
     figures = {"total": 10, "passed": passed, "failed": 10 - passed, "success_rate": passed / 10,
                "failures_per_layer": {"L1": 10 - passed, "L2": 0, "L3": 0, "L4": 0}}
-    write_json(root / "execution_outputs/iteration_1/report.json", {"iteration": 1, **figures})
-    write_json(root / "handoffs/iteration_1/execute_to_init_context.json", {
+    Folder(root).write_json(root / "execution_outputs/iteration_1/report.json", {"iteration": 1, **figures})
+    Folder(root).write_json(root / "handoffs/iteration_1/execute_to_init_context.json", {
         "kind": "execute_to_init", "iteration": 1, "execution_output_dir": "execution_outputs/iteration_1",
         "success_rate": claimed_rate, "totals": {"samples": 10, "passed": passed, "failed": 10 - passed},
         "failures_per_layer": {"L1": 10 - passed}, "layer1_problems_summary": [], "recommendation": "r"})

@@ -15,7 +15,8 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from scenarios.store import StoreError, read_jsonl
+from scenarios.folder import Folder
+from scenarios.store import StoreError
 from tests.agent_run import EXAMPLE
 from tests.workers_harness import (
     SCENARIO,
@@ -179,7 +180,7 @@ def test_a_frozen_worker_is_taken_over_and_its_late_writes_discarded(cluster: Cl
     discarded = cluster.root / "state" / "execute" / "discarded.jsonl"
     wait_for(discarded.exists, "the thawed worker to find its lease taken", timeout=120, diagnose=cluster.diagnose)
     assert alive(child)  # it did not crash: it stopped writing and said so
-    noted = read_jsonl(discarded).records
+    noted = Folder(cluster.root).read_jsonl(discarded).records
     assert [n["step"] for n in noted] == [step["step"]] and "refused" in noted[0]["reason"]
     time.sleep(2)  # anything else it would write has had time to land
     _finished(cluster, cluster.run_json())

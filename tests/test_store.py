@@ -8,39 +8,32 @@ import os
 import pytest
 
 from scenarios.run import RunRecord, load_run, save_run
-from scenarios.store import (
-    Layout,
-    StoreError,
-    append_jsonl,
-    check_name,
-    inside,
-    read_jsonl,
-    write_atomic,
-)
+from scenarios.folder import Folder
+from scenarios.store import Layout, StoreError, check_name
 
 
 def test_atomic_write_replaces_whole_files_and_leaves_no_temp(tmp_path):
     path = tmp_path / "a" / "b.json"
-    write_atomic(path, "one")
-    write_atomic(path, "two")
+    Folder(tmp_path).write_atomic(path, "one")
+    Folder(tmp_path).write_atomic(path, "two")
     assert path.read_text() == "two"
     assert [p.name for p in path.parent.iterdir()] == ["b.json"]
 
 
 def test_torn_last_line_is_reported_ignored_and_healed_by_the_next_append(tmp_path):
-    log = tmp_path / "log.jsonl"
-    append_jsonl(log, {"n": 1})
+    log, folder = tmp_path / "log.jsonl", Folder(tmp_path)
+    folder.append_jsonl(log, {"n": 1})
     with open(log, "ab") as fh:
         fh.write(b'{"n": 2, "tru')  # a crash mid-append
-    read = read_jsonl(log)
+    read = folder.read_jsonl(log)
     assert read.records == [{"n": 1}] and read.torn_tail and "line 2" in read.problems[0]
-    append_jsonl(log, {"n": 3})
-    again = read_jsonl(log)
+    folder.append_jsonl(log, {"n": 3})
+    again = folder.read_jsonl(log)
     assert again.records == [{"n": 1}, {"n": 3}] and not again.torn_tail and len(again.bad_lines) == 1
 
 
 def test_missing_jsonl_reads_empty(tmp_path):
-    assert read_jsonl(tmp_path / "none.jsonl").records == []
+    assert Folder(tmp_path).read_jsonl(tmp_path / "none.jsonl").records == []
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "", ".hidden", "x" * 65, "a..b", "name with space"])
@@ -52,10 +45,12 @@ def test_hostile_names_are_refused(name):
 def test_paths_are_confined(tmp_path):
     (tmp_path / "ok").mkdir()
     os.symlink("/etc", tmp_path / "out")
-    assert inside(tmp_path, "ok/new.txt") == tmp_path.resolve() / "ok/new.txt"
-    for bad, why in [("../x", "'..'"), ("/etc/passwd", "absolute"), ("out/passwd", "symlink"), ("", "empty")]:
+    folder = Folder(tmp_path)
+    folder.write_atomic("ok/new.txt", "x")
+    assert (tmp_path / "ok" / "new.txt").read_text() == "x"
+    for bad, why in [("../x", "'..'"), ("/etc/passwd", "absolute"), ("out/passwd", "symlink"), ("", "folder")]:
         with pytest.raises(StoreError, match=why):
-            inside(tmp_path, bad)
+            folder.read_bytes(bad)
 
 
 def test_layout_refuses_unknown_agents(tmp_path):

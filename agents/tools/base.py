@@ -22,7 +22,7 @@ from agents.role import Role
 from context.redaction import redact
 from scenarios.journal import Direct, FileWriter
 from scenarios.lease import LeaseLost
-from scenarios.store import Layout, StoreError, inside, relative
+from scenarios.store import Layout, StoreError, relative
 
 # How the tools mark a clipped line (``context.text.clip``); the model has seen this wording.
 TOOL_CLIP_MARKER = "… [+{n} chars]"
@@ -52,10 +52,6 @@ class ToolContext:
     @property
     def layout(self) -> Layout:
         return Layout(self.root)
-
-    def path(self, relative: str) -> Path:
-        """Resolve a model-given path inside the scenario folder (StoreError if not)."""
-        return inside(self.root, relative)
 
 
 class ToolResult(BaseModel):
