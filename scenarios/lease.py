@@ -33,6 +33,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+# Lock files live in state/, out of every agent's reach; still, a link or FIFO there is never followed or
+# waited on (O_NONBLOCK does not change how flock or a read of a regular file behave).
+SAFE_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
 
 class LeaseLost(RuntimeError):
     """A newer writer claimed the lease: this writer's work must be discarded, not written."""
@@ -87,7 +91,7 @@ def _flock(fd: int, path: Path, wait_s: float) -> None:
 
 @contextmanager
 def _locked(path: Path, flags: int, wait_s: float) -> Iterator[int]:
-    fd = os.open(path, flags, 0o644)
+    fd = os.open(path, flags | SAFE_OPEN, 0o644)
     try:
         _flock(fd, path, wait_s)
         yield fd
@@ -123,7 +127,7 @@ class Lease:
     def held(self, what: Path | str) -> Iterator[None]:
         """Hold the lease while one write lands; ``LeaseLost`` (nothing written) if a newer writer claimed it."""
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = os.open(self.path, os.O_RDONLY | SAFE_OPEN)
         except FileNotFoundError:  # the state folder was archived or removed under this writer
             raise LeaseLost(self._lost(what, None)) from None
         try:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from scenarios.lease import read_from_start
+from scenarios.lease import SAFE_OPEN, read_from_start
 from scenarios.run import STATE_LOCK
 
 LOCK_NAME = STATE_LOCK
@@ -89,7 +89,7 @@ def _read_holder(fd: int) -> Holder | None:
 def holder(root: Path) -> Holder | None:
     """The process running ``root`` embedded right now, or None. Never blocks, never writes."""
     try:
-        fd = os.open(lock_path(root), os.O_RDONLY)
+        fd = os.open(lock_path(root), os.O_RDONLY | SAFE_OPEN)
     except FileNotFoundError:
         return None
     try:
@@ -109,7 +109,7 @@ def _open_locked(path: Path) -> int:
     A releasing holder unlinks the file; if that happened between our open and our lock,
     we locked an orphan that nobody else will ever see, so open the new file again."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | SAFE_OPEN, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BaseException:
@@ -135,7 +135,7 @@ def scenario_lock(root: Path, command: str | None = None) -> Iterator[Holder]:
             break
         except BlockingIOError:
             try:
-                with open(path, "rb") as busy:
+                with open(os.open(path, os.O_RDONLY | SAFE_OPEN), "rb") as busy:
                     if _held_shared(busy.fileno()):
                         raise ScenarioBusy(Path(root), None, by_workers=True) from None
                     raise ScenarioBusy(Path(root), _read_holder(busy.fileno())) from None
@@ -166,7 +166,7 @@ def shared_scenario_lock(root: Path) -> Iterator[None]:
     path = lock_path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | SAFE_OPEN, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
