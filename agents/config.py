@@ -104,6 +104,9 @@ class ToolSettings(BaseModel):
     bash_enabled: bool = Field(False, description="the Bash tool is off by default, enabled per role")
     bash_sandbox: BashSandbox = Field("bwrap", description="bwrap, or none to run Bash unconfined")
     bash_timeout_s: float = Field(60.0, gt=0, le=MAX_SECONDS)
+    # A command works on its own copy of the scenario folder, on a tmpfs of this size (agents/tools/bash_copy.py):
+    # what it writes, the copy included, past this fails that command and fills nothing else.
+    bash_disk_mb: int = Field(1024, gt=0, le=MAX_MEMORY_MB, description="disk of a Bash command's folder copy")
     output_cap_chars: int = Field(30_000, gt=0, le=MAX_CHARS, description="tool output kept per call")
     eval_timeout_s: float = Field(10.0, gt=0, le=MAX_SECONDS, description="time limit per evaluated sample")
     eval_memory_mb: int = Field(512, gt=0, le=MAX_MEMORY_MB, description="memory limit per evaluated sample")

@@ -110,8 +110,9 @@ def test_parent_folder_and_host_paths_are_not_there(scenario, tmp_path):
     # runs on (a venv under /work, /root, /check... is bound read-only so the scenario's
     # code runs with it): the test must not depend on where the checkout lies.
     python_tops = {Path(d).parts[1] for d in _python_dirs()}
+    # /seed: baton's copy of the folder that /scenario is filled from, read-only (agents/tools/bash_copy.py)
     assert set(listing.split()) <= {".", "..", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "proc",
-                                    "dev", "tmp", "scenario", *python_tops}
+                                    "dev", "tmp", "scenario", "seed", *python_tops}
     assert missing.count("No such file") == 4
 
 
@@ -186,6 +187,30 @@ def test_no_capabilities_and_no_nested_user_namespaces(scenario):
 def test_private_tmp_is_capped(scenario):
     data = ran(scenario, "df -B1 --output=size /tmp | tail -1")  # filling it would take 512 MiB of RAM
     assert data["stdout"].strip() == str(512 * 1024 * 1024)
+
+
+@needs_bwrap
+def test_the_folder_is_a_copy_on_a_disk_of_the_configured_size(scenario):
+    (scenario / "here.txt").write_text("x", encoding="utf-8")
+    data = ran(scenario, "df -B1 --output=size,target /scenario | tail -1; cat /seed/here.txt", bash_disk_mb=16)
+    assert data["stdout"].split() == [str(16 * 1024 * 1024), "/scenario", "x"]
+
+
+@needs_bwrap
+def test_a_command_that_times_out_changes_nothing(scenario):
+    (scenario / "kept.txt").write_text("kept\n", encoding="utf-8")
+    result = run(scenario, "echo new > new.txt; rm kept.txt; sleep 30", bash_timeout_s=1)
+    assert result.status == "ok" and result.data["timed_out"] is True
+    assert "nothing it changed was applied" in result.data["note"]
+    assert not (scenario / "new.txt").exists() and (scenario / "kept.txt").read_text() == "kept\n"
+
+
+@needs_bwrap
+def test_a_folder_too_large_for_the_disk_is_refused_before_anything_runs(scenario):
+    (scenario / "big.bin").write_bytes(b"x" * (3 * 1024 * 1024))
+    result = run(scenario, "echo ran > ran.txt", bash_disk_mb=2)
+    assert result.status == "error" and "does not fit" in result.error and "bash_disk_mb" in result.error
+    assert not (scenario / "ran.txt").exists()
 
 
 @needs_bwrap
@@ -273,6 +298,17 @@ def test_the_setting_defaults_to_bwrap_and_is_set_like_the_others(tmp_path):
     env = {"BATON_EXECUTE_TOOLS_BASH_SANDBOX": "bwrap"}
     assert resolve_config("execute", scenario_toml=toml, env=env).tools.bash_sandbox == "bwrap"
     assert resolve_config("init", env={"BATON_BASH_SANDBOX": " none "}).tools.bash_sandbox == "none"
+
+
+def test_the_disk_bound_defaults_to_1024_mb_and_is_set_like_the_others(tmp_path):
+    assert resolve_config("execute", env={}).tools.bash_disk_mb == 1024
+    toml = tmp_path / "scenario.toml"
+    toml.write_text('name = "demo"\n[agents.execute]\nbash_disk_mb = 256\n')
+    assert resolve_config("execute", scenario_toml=toml, env={}).tools.bash_disk_mb == 256
+    env = {"BATON_EXECUTE_BASH_DISK_MB": "64"}
+    assert resolve_config("execute", scenario_toml=toml, env=env).tools.bash_disk_mb == 64
+    with pytest.raises(ConfigError, match=r"bash_disk_mb.*BATON_EXECUTE_BASH_DISK_MB"):
+        resolve_config("execute", env={"BATON_EXECUTE_BASH_DISK_MB": "0"})
 
 
 def test_an_unknown_sandbox_is_rejected_with_its_source():

@@ -41,6 +41,7 @@ SHARED_DEFAULTS = {
     "backend": "auto", "batch": 5, "start_tokens": 10_000, "payback_calls": 30, "max_tokens": 32_000,
     "summary_max_tokens": 16_000, "summary_temperature": 0.0, "summary_timeout_s": 120.0, "bash_enabled": False,
     "bash_sandbox": "bwrap", "bash_timeout_s": 60.0, "output_cap_chars": 30_000, "eval_timeout_s": 10.0,
+    "bash_disk_mb": 1024,
     "eval_disk_mb": 1024,
     "eval_memory_mb": 512, "max_steps_per_turn": 150, "temperature": None, "max_output_tokens": None,
     # the context engine's own settings, settable since the config has a context section

@@ -333,13 +333,14 @@ def test_what_a_sample_prints_is_stored_redacted(place, way):
 def test_a_scenario_toml_bash_creates_is_removed(place):
     place["toml"].unlink()
     data = bash(place["root"], "printf 'bash_sandbox = \"none\"\\n' > scenario.toml; mkdir -p brief.md; echo done")
-    assert data["stdout"] == "done\n" and data["removed"] == ["scenario.toml", "brief.md"]
+    assert data["stdout"] == "done\n"
+    assert [item["path"] for item in data["not_applied"]] == ["brief.md", "scenario.toml"]
     assert not place["toml"].exists() and not (place["root"] / "brief.md").exists()
 
 
 def test_bash_cannot_write_a_report_or_a_handoff_of_its_own(place):
     """What the evaluation computes and what the handoffs carry decide the run: a command may read them, never
-    change them, and one it creates in an iteration's folder is removed (the file tools refuse them too)."""
+    change them; what it writes there in its copy of the folder is not applied (the file tools refuse them too)."""
     out = place["root"] / "execution_outputs" / "iteration_1"
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text('{"success_rate": 0.8}\n', encoding="utf-8")
@@ -352,4 +353,7 @@ def test_bash_cannot_write_a_report_or_a_handoff_of_its_own(place):
     assert "0.8" in data["stdout"] and data["stdout"].endswith("done\n")
     assert (out / "report.json").read_text() == '{"success_rate": 0.8}\n'
     assert not (handoffs / "execute_to_init_context.json").exists()
-    assert not (out / "results.jsonl").exists() and data["removed"] == ["execution_outputs/iteration_1/results.jsonl"]
+    assert not (out / "results.jsonl").exists()
+    assert {item["path"] for item in data["not_applied"]} == {
+        "execution_outputs/iteration_1/report.json", "execution_outputs/iteration_1/results.jsonl",
+        "handoffs/iteration_1/execute_to_init_context.json"}

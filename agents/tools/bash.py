@@ -1,42 +1,42 @@
-"""``Bash``: a command in the scenario folder, in its own process group, with a time
-limit and bounded output (a head and a tail of each stream are kept).
+"""``Bash``: a command on a copy of the scenario folder, in its own process group, with a time limit and bounded
+output (a head and a tail of each stream are kept: ``agents/tools/bash_output.py``).
 
-The command runs in the sandbox every piece of code a model wrote runs in
-(``agents/sandbox/bwrap.py`` says what it is and why) unless the operator set
-``bash_sandbox = "none"``. Bash's own parts:
+The command runs in the sandbox every piece of code a model wrote runs in (``agents/sandbox/bwrap.py`` says
+what it is and why) unless the operator set ``bash_sandbox = "none"``. Bash's own parts:
 
-- The scenario folder is bound read-write at ``/scenario``, the working directory:
-  the only host files the command can change. A fixed path means symlinks and
-  ``..`` resolve inside the sandbox's own tree, where host paths do not exist.
-  ``scenario.toml``, ``brief.md``, ``CONVENTIONS.md``, ``run.json`` and ``state/`` are
-  bound read-only over it; one of them the command creates is removed afterwards (``PROTECTED``).
-- ``/tmp`` (at most 512 MiB) is also HOME, so caches do not litter the folder; the
-  environment holds PATH, HOME and LANG only.
-- ``ulimit -u`` and ``-v`` inside, and a cgroup where the machine offers one
-  (agents/sandbox/cgroup.py, limits.py): a process count and memory for the whole command.
+- It never writes the host's folder. ``/scenario``, the working directory, is a tmpfs of ``bash_disk_mb``
+  holding a copy of the folder (``state/`` is bound read-only instead); when the command ends, what it
+  changed there is applied to the folder through the tool call's journal, as far as Write and Edit may
+  write (``agents/tools/bash_copy.py``). So no path the command takes (a rename, a link, a FIFO) changes
+  what the loop reads as the truth, and a fill stops at the bound. A fixed path means symlinks and ``..``
+  resolve inside the sandbox's own tree, where host paths do not exist.
+- ``/tmp`` (at most 512 MiB) is also HOME, so caches do not litter the folder; the environment holds PATH,
+  HOME and LANG only.
+- ``ulimit -u`` and ``-v`` inside, and a cgroup where the machine offers one (agents/sandbox/cgroup.py,
+  limits.py): a process count and memory for the whole command.
 
-bwrap is started in its own process group as before; killing that group kills the
-outer bwrap, ``--die-with-parent`` kills the sandbox's init, and with it the kernel
-ends every process of the sandbox's PID namespace. That init also exits when the
-command does, so background processes end with the command.
+bwrap is started in its own process group; killing that group kills the outer bwrap, ``--die-with-parent``
+kills the sandbox's init (the script around the command), and with it the kernel ends every process of the
+sandbox's PID namespace. That script ends every process the command left before the copy is read back, so
+background processes end with the command.
 
-When bwrap is missing or cannot make a sandbox (no user namespaces), Bash returns an
-error instead of running unconfined; only ``bash_sandbox = "none"`` runs the command
-directly on the host, with secret-looking variables removed from its environment.
+When bwrap is missing or cannot make a sandbox (no user namespaces), Bash returns an error instead of running
+unconfined; only ``bash_sandbox = "none"`` runs the command directly in the folder on the host, with
+secret-looking variables removed from its environment (and what it created among baton's and a person's
+files removed afterwards, through ``scenarios.folder``).
 """
 
 from __future__ import annotations
 
 import os
-import selectors
-import shutil
 import subprocess
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.config import BashSandbox
-from agents.conventions import FILE as CONVENTIONS
 from agents.cpu_slots import cpu_slot
 from agents.processes import kill_group
 from agents.sandbox import cgroup
@@ -44,66 +44,28 @@ from agents.sandbox.bwrap import EMPTY_ENV, INSTALL_HINT, SandboxUnavailable, py
 from agents.sandbox.bwrap import command as sandbox_command
 from agents.sandbox.limits import BASH_MEMORY_MB, MAX_PROCESSES
 from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, error, ok, string_input
+from agents.tools.bash_copy import (
+    MB,
+    SANDBOX_DIR,
+    SEED_DIR,
+    STATE,
+    WRAPPER,
+    DiskFull,
+    Unreadable,
+    apply,
+    make_seed,
+    read_back,
+    spool_limit,
+)
+from agents.tools.bash_output import Capture, Sink, Spool, collect
+from agents.tools.paths import refusal
 from context.redaction import is_secret_name
+from scenarios.folder import Folder
 
-PIPE_READ_BYTES = 65536
-EXIT_GRACE_S = 1.0  # how long output may keep flowing after the command itself exited
+__all__ = ["BashTool", "SandboxUnavailable", "usable_bwrap"]
 
-
-class _Capture:
-    """A stream's first and last bytes, whatever its length: memory stays bounded."""
-
-    def __init__(self, cap_chars: int) -> None:
-        self.cap = cap_chars
-        self.head_max = cap_chars // 2
-        self.tail_max = cap_chars - self.head_max
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.head_max - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.tail_max:
-                del self.tail[: len(self.tail) - self.tail_max]
-
-    def text(self) -> str:
-        omitted = self.total - len(self.head) - len(self.tail)
-        if omitted <= 0:
-            return bytes(self.head + self.tail).decode("utf-8", errors="replace")
-        return (
-            _utf8_head(bytes(self.head))
-            + f"\n[... {omitted} of {self.total} bytes omitted: output is capped at {self.cap} characters "
-            "(first and last half kept); redirect it to a file and use Read or Grep to see all of it ...]\n"
-            + _utf8_tail(bytes(self.tail))
-        )
-
-
-def _utf8_head(raw: bytes) -> str:
-    """Decode bytes cut at an arbitrary point, without a '\ufffd' for the cut character."""
-    for back in range(1, min(4, len(raw)) + 1):
-        byte = raw[-back]
-        if byte < 0x80:
-            break
-        if byte >= 0xC0:  # lead byte: drop it if its sequence is incomplete
-            needed = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            if needed > back:
-                raw = raw[:-back]
-            break
-    return raw.decode("utf-8", errors="replace")
-
-
-def _utf8_tail(raw: bytes) -> str:
-    """Decode bytes that start at an arbitrary point (skipping a cut character's rest)."""
-    start = 0
-    while start < min(3, len(raw)) and 0x80 <= raw[start] < 0xC0:
-        start += 1
-    return raw[start:].decode("utf-8", errors="replace")
+LISTED = 30  # paths listed per kind in a result (written, deleted, not applied, not copied)
+SPOOL_MEMORY = 8 * MB  # what comes back from the sandbox is kept in memory up to this, then on disk
 
 
 def _clean_env() -> dict[str, str]:
@@ -114,103 +76,84 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in hidden and not is_secret_name(k)}
 
 
-SANDBOX_DIR = "/scenario"
-# What a person configures and what baton alone writes: read-only inside (their absence is
-# kept too: one the command creates is removed afterwards). The scenarios folder around
-# (its shared CONVENTIONS.md) is not in the sandbox at all.
-PROTECTED = ("scenario.toml", "brief.md", CONVENTIONS, "run.json", "state", "handoffs")
-# What the evaluation computes in each iteration's folder: no command may write its own report (the file tools
-# refuse them too, docs/agents.md "Tools"; a handoff's figures are checked against report.json).
-COMPUTED = ("report.json", "results.jsonl", "traces")
-
-
-def protected(root: Path) -> list[str]:
-    """The paths under ``root`` a command may read but not change: a person's settings, baton's own state,
-    the handoffs, and every iteration's computed evaluation outputs."""
-    outputs = sorted(p for p in (root / "execution_outputs").glob("iteration_*") if p.is_dir() and not p.is_symlink())
-    return [*PROTECTED, *(f"execution_outputs/{p.name}/{name}" for p in outputs for name in COMPUTED)]
-
-
-def bwrap_command(bwrap: str, root: Path, command: str) -> list[str]:
-    """The argv that runs ``command`` with bash in a sandbox where ``root`` is /scenario,
-    its protected files read-only, and the process and memory limits set inside."""
-    root = root.resolve()
-    read_only = {root / name: f"{SANDBOX_DIR}/{name}" for name in protected(root) if _exists(root / name)}
-    limits = f"ulimit -u {MAX_PROCESSES} -v {BASH_MEMORY_MB * 1024} && exec bash -c \"$1\""
+def bwrap_command(bwrap: str, root: Path, seed: Path, disk_mb: int, command: str, out_fd: int) -> list[str]:
+    """The argv that runs ``command`` with bash in a sandbox whose /scenario is a tmpfs of ``disk_mb`` filled from
+    ``seed`` (read-only at /seed), ``root``'s state/ read-only in it, the changes sent back on ``out_fd``."""
+    state = Path(os.path.abspath(root), STATE)
+    # Checked here, bound by path: nothing a model drives writes the folder's state/ (the file tools refuse it).
+    bind_state = ["--ro-bind", str(state), f"{SANDBOX_DIR}/{STATE}"] if Folder(root).is_dir(STATE) else []
     return sandbox_command(
-        bwrap, writable={root: SANDBOX_DIR}, read_only=read_only, chdir=SANDBOX_DIR,
+        bwrap, writable={}, read_only={seed: SEED_DIR}, chdir=SANDBOX_DIR,
+        # --as-pid-1: the script around the command is the sandbox's init, which no process inside can kill
+        extra=["--size", str(disk_mb * MB), "--tmpfs", SANDBOX_DIR, *bind_state, "--as-pid-1"],
         env={"PATH": ":".join(python_path_dirs()), "HOME": "/tmp", "LANG": "C.UTF-8"},
-        argv=["bash", "-c", limits, "bash", command],
+        argv=["bash", "-c", WRAPPER, "bash", command, str(out_fd), str(MAX_PROCESSES), str(BASH_MEMORY_MB * 1024)],
     )
 
 
-def _exists(path: Path) -> bool:
-    return path.exists() or path.is_symlink()
+# ---- bash_sandbox = "none": the command runs in the folder itself ----------------------------------------------
+
+
+def _truth(root: Path) -> set[str]:
+    """What Write and Edit may not write that is in the folder now, at the top and in each iteration's folder
+    (reached without following a link: a linked execution_outputs has none)."""
+    folder, every = Folder(root), ("file", "folder", "link", "special")
+    found = {name for name in folder.names(".", kinds=every) if refusal((name,))}
+    for it in folder.names("execution_outputs", kinds=("folder",)):
+        found |= {f"execution_outputs/{it}/{name}" for name in folder.names(f"execution_outputs/{it}", kinds=every)
+                  if refusal(("execution_outputs", it, name))}
+    return found
 
 
 def _remove_created(root: Path, before: set[str]) -> list[str]:
-    """Protected names the command created (it cannot change existing ones): removed, so a
-    scenario.toml written from Bash never takes effect. Runs after the sandbox has ended."""
-    removed = []
-    for name in protected(root):
-        path = root / name
-        if name in before or not _exists(path):
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
+    """Such paths an unconfined command created: removed (a link itself, never what it points to)."""
+    folder, removed = Folder(root), []
+    for rel in sorted(_truth(root) - before):
+        if folder.kind(rel) == "folder":
+            folder.remove_tree(rel)
         else:
-            path.unlink(missing_ok=True)
-        removed.append(name)
+            folder.remove(rel)
+        removed.append(rel)
     return removed
 
 
-def _collect(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture, deadline: float) -> tuple[bool, bool]:
-    """Read both pipes until they close, the time limit passes, or the command has
-    exited and background processes keep the pipes open. Returns (timed_out, lingering)."""
-    assert proc.stdout is not None and proc.stderr is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ, out)
-    sel.register(proc.stderr, selectors.EVENT_READ, err)
-    exited_at: float | None = None
-    try:
-        while sel.get_map():
-            now = time.monotonic()
-            if now >= deadline:
-                return True, False
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if exited_at is not None and now - exited_at > EXIT_GRACE_S:
-                return False, True
-            for key, _ in sel.select(timeout=min(0.1, deadline - now)):
-                chunk = os.read(key.fd, PIPE_READ_BYTES)
-                if chunk:
-                    key.data.add(chunk)
-                else:
-                    sel.unregister(key.fileobj)
-        return False, False
-    finally:
-        sel.close()
+# ---- the tool -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Ran:
+    proc: subprocess.Popen[bytes]
+    out: Capture
+    err: Capture
+    timed_out: bool
+    lingering: bool
+    elapsed: float
 
 
 _COMMON = (
-    "Run a bash command in the scenario folder (the working directory) and get its exit code, "
-    "stdout and stderr. A non-zero exit code is reported, not treated as a tool failure. The "
-    "command has a time limit (`timeout_s`, capped by the agent's configured limit); on timeout "
-    "the command and everything it started are killed. Each output stream is capped (its first "
-    "and last part are kept): redirect big output to a file and Read or Grep it. There is no stdin. "
+    "Run a bash command and get its exit code, stdout and stderr. A non-zero exit code is reported, not treated "
+    "as a tool failure. The command has a time limit (`timeout_s`, capped by the agent's configured limit); on "
+    "timeout the command and everything it started are killed. Each output stream is capped (its first and last "
+    "part are kept): redirect big output to a file and Read or Grep it. There is no stdin. "
 )
 _SANDBOXED = (
-    "The command runs in a sandbox: the scenario folder, mounted at /scenario, is the only folder of the "
-    "host it can see or change (use relative paths; symlinks pointing outside it lead nowhere); system "
-    "programs under /usr are read-only, /tmp is private (512 MiB) and emptied after every command, no /etc "
-    "and NO network. scenario.toml, brief.md, CONVENTIONS.md, run.json and state/ are read-only (they are the "
-    f"operator's and baton's). At most {MAX_PROCESSES} processes. Background processes end when the command does. The "
-    "environment holds only PATH, HOME=/tmp and LANG. "
+    "The command runs in a sandbox, on its own copy of the scenario folder at /scenario (the working directory; "
+    "use relative paths), made afresh for each command on a disk of its own. state/ is there read-only; symlinks "
+    "and hard-linked files of the folder are not copied. When the command ends, what it changed in its copy is "
+    "applied to the scenario folder under the rules of Write and Edit: files created, changed or deleted, except "
+    "baton's and a person's (state/, run.json, handoffs/, an iteration's report.json, results.jsonl and traces/, "
+    "scenario.toml, brief.md, CONVENTIONS.md). Symlinks, FIFOs and devices are never applied and file modes are "
+    "not kept (run scripts as `bash x.sh`, `python x.py`); the result lists what was applied and what was not "
+    "(`not_applied`, with why). A command that fills its disk or times out changes nothing. System programs under "
+    "/usr are read-only, /tmp is private (512 MiB) and emptied after every command, no /etc and NO network. At "
+    f"most {MAX_PROCESSES} processes. Background processes end when the command does. The environment holds only "
+    "PATH, HOME=/tmp and LANG. "
 )
 _UNCONFINED = (
-    "The command is NOT sandboxed: the operator turned the sandbox off, so it runs on the worker's host with "
-    "the worker's access to files and network. Stay inside the scenario folder. Background processes still "
-    "holding the output when the command exits are killed. Secrets are not in the environment. "
+    "The command runs in the scenario folder (the working directory) and is NOT sandboxed: the operator turned "
+    "the sandbox off, so it runs on the worker's host with the worker's access to files and network. Stay inside "
+    "the scenario folder. Background processes still holding the output when the command exits are killed. "
+    "Secrets are not in the environment. "
 )
 _USE_FILE_TOOLS = "Use Read/Write/Edit/Glob/Grep for file work; Bash is for running things."
 
@@ -248,15 +191,69 @@ class BashTool(FileTool):
             )
         command = string_input(tool_input, "command")
         limit = self._limit(tool_input, ctx)
-        confined = ctx.settings.bash_sandbox == "bwrap"
-        before = {name for name in protected(ctx.root) if _exists(ctx.root / name)}
-        if confined:
+        if ctx.settings.bash_sandbox == "bwrap":
+            return self._confined(command, limit, ctx)
+        return self._unconfined(command, limit, ctx)
+
+    def _confined(self, command: str, limit: float, ctx: ToolContext) -> ToolResult:
+        try:
+            bwrap = usable_bwrap()
+        except SandboxUnavailable as exc:
+            return error(_sandbox_error(str(exc), ctx.agent))
+        disk_mb = ctx.settings.bash_disk_mb
+        with tempfile.TemporaryDirectory(prefix="baton-bash-") as work:
             try:
-                argv = bwrap_command(usable_bwrap(), ctx.root, command)
-            except SandboxUnavailable as exc:
-                return error(_sandbox_error(str(exc), ctx.agent))
-        else:
-            argv = ["bash", "-c", command]
+                seed = make_seed(ctx.root, Path(work, "seed"), disk_mb)
+            except DiskFull as exc:
+                return error(str(exc))
+            with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY, dir=work) as file:
+                spool = Spool(file, spool_limit(disk_mb))
+                read_fd, write_fd = os.pipe()
+                try:
+                    argv = bwrap_command(bwrap, ctx.root, seed.folder, disk_mb, command, write_fd)
+                    ran = self._execute(argv, ctx, limit, confined=True, changes=(read_fd, write_fd, spool))
+                finally:
+                    os.close(read_fd)
+                data = self._data(command, ran, limit)
+                if ran.timed_out:
+                    data["note"] += "; nothing it changed was applied (a command that times out changes nothing)"
+                    return ok(data)
+                try:
+                    back = read_back(file, spool.size, spool.overflow, disk_mb)
+                except DiskFull as exc:
+                    return error(str(exc), data)
+                except Unreadable as exc:
+                    return error(f"{exc}; nothing of what the command changed was applied", data)
+                try:
+                    done = apply(ctx, seed, back)
+                finally:
+                    back.close()
+        data["applied"] = {"written": _listed(done.written), "deleted": _listed(done.deleted)}
+        if done.not_applied:
+            data["not_applied"] = done.not_applied[:LISTED]
+            if len(done.not_applied) > LISTED:
+                data["not_applied_total"] = len(done.not_applied)
+        if seed.refused:
+            data["not_copied"] = _listed(seed.refused)
+        return ok(data)
+
+    def _unconfined(self, command: str, limit: float, ctx: ToolContext) -> ToolResult:
+        before = _truth(ctx.root)
+        ran = self._execute(["bash", "-c", command], ctx, limit, confined=False)
+        data = self._data(command, ran, limit)
+        removed = _remove_created(ctx.root, before)
+        if removed:
+            data["removed"] = removed
+            data["note"] = (f"{', '.join(removed)} cannot be created from Bash (a person configures them, or baton "
+                            "writes them) and were removed")
+        data["unconfined"] = True  # plain in every result, whatever the description said
+        return ok(data)
+
+    @staticmethod
+    def _execute(argv: list[str], ctx: ToolContext, limit: float, *, confined: bool,
+                 changes: tuple[int, int, Spool] | None = None) -> _Ran:
+        """Run ``argv`` in its own process group and read its output; ``changes``: the pipe the sandbox sends
+        its copy back on (its write end is handed to the child and closed here) and where that goes."""
         group = cgroup.create(BASH_MEMORY_MB, MAX_PROCESSES) if confined else None
         with cpu_slot():  # a worker serving many steps runs at most a core's worth of commands at once
             started = time.monotonic()
@@ -269,35 +266,38 @@ class BashTool(FileTool):
                     stderr=subprocess.PIPE,
                     env=EMPTY_ENV if confined else _clean_env(),  # bwrap's own PID 1 shows its environment
                     start_new_session=True,  # its own process group, so a timeout can kill all of it
+                    pass_fds=(changes[1],) if changes else (),
                     preexec_fn=group.join if group else None,  # noqa: PLW1509 - one write to a cgroup file
                 )
             except BaseException:
                 if group:
                     group.close()
                 raise
-            out, err = _Capture(ctx.settings.output_cap_chars), _Capture(ctx.settings.output_cap_chars)
+            finally:
+                if changes:
+                    os.close(changes[1])  # the child has it; the pipe ends when the sandbox does
+            assert proc.stdout is not None and proc.stderr is not None
+            out, err = Capture(ctx.settings.output_cap_chars), Capture(ctx.settings.output_cap_chars)
+            pipes: dict[int, Sink] = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+            spool = changes[2] if changes else None
+            if changes:
+                pipes[changes[0]] = changes[2]
             timed_out = lingering = True  # if collecting fails, clean up as after a timeout
             try:
-                timed_out, lingering = _collect(proc, out, err, started + limit)
+                # what comes back past its bound is refused anyway: no need to let it run on
+                enough = (lambda: spool.overflow) if spool is not None else (lambda: False)
+                timed_out, lingering = collect(proc, pipes, started + limit, enough)
             finally:
                 # Kill only when members are known to be left: after a clean finish the
                 # group is usually empty and its id could already belong to someone else.
                 if timed_out or lingering:
                     kill_group(proc.pid)
                 proc.wait()
-                proc.stdout.close()  # type: ignore[union-attr]
-                proc.stderr.close()  # type: ignore[union-attr]
+                proc.stdout.close()
+                proc.stderr.close()
                 if group:
                     group.close()
-        data = self._data(command, proc, out, err, timed_out, lingering, limit, time.monotonic() - started)
-        removed = _remove_created(ctx.root, before) if confined else []
-        if removed:
-            data["removed"] = removed
-            data["note"] = (f"{', '.join(removed)} cannot be created from Bash (a person configures them, or baton "
-                            "writes them) and were removed")
-        if not confined:
-            data["unconfined"] = True  # plain in every result, whatever the description said
-        return ok(data)
+        return _Ran(proc, out, err, timed_out, lingering, time.monotonic() - started)
 
     @staticmethod
     def _limit(tool_input: dict[str, Any], ctx: ToolContext) -> float:
@@ -309,26 +309,30 @@ class BashTool(FileTool):
         return min(float(value), ctx.settings.bash_timeout_s)
 
     @staticmethod
-    def _data(
-        command: str, proc: subprocess.Popen[bytes], out: _Capture, err: _Capture,
-        timed_out: bool, lingering: bool, limit: float, elapsed: float,
-    ) -> dict[str, Any]:
+    def _data(command: str, ran: _Ran, limit: float) -> dict[str, Any]:
         data: dict[str, Any] = {
             "command": command,
-            "exit_code": None if timed_out else proc.returncode,
-            "stdout": out.text(),
-            "stderr": err.text(),
-            "timed_out": timed_out,
-            "duration_s": round(elapsed, 2),
+            "exit_code": None if ran.timed_out else ran.proc.returncode,
+            "stdout": ran.out.text(),
+            "stderr": ran.err.text(),
+            "timed_out": ran.timed_out,
+            "duration_s": round(ran.elapsed, 2),
         }
-        if timed_out:
+        if ran.timed_out:
             data["note"] = (
                 f"timed out after {limit:g} s; the command and its child processes were killed. "
                 "Run something shorter, or pass a larger timeout_s (up to the configured limit)"
             )
-        elif lingering:
+        elif ran.lingering:
             data["note"] = "background processes still holding the output were killed when the command exited"
         return data
+
+
+def _listed(paths: list[str]) -> list[str]:
+    """The first LISTED paths, and how many more there are."""
+    if len(paths) <= LISTED:
+        return paths
+    return [*paths[:LISTED], f"... and {len(paths) - LISTED} more"]
 
 
 def _sandbox_error(why: str, role: str) -> str:
