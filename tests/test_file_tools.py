@@ -514,3 +514,14 @@ def test_bash_cut_does_not_split_characters(tmp_path, sandbox):
     )
     data = good(ctx, "Bash", command=f"{sys.executable} -c \"print('é€😀' * 500)\"")
     assert "bytes omitted" in data["stdout"] and "\ufffd" not in data["stdout"]
+
+
+@pytest.mark.parametrize("tool, args", [("LS", {"path": "."}), ("Glob", {"pattern": "*"}),
+                                        ("Grep", {"pattern": "x"})])
+def test_a_file_name_that_is_not_utf8_gives_a_result_that_can_be_stored(ctx, tmp_path, tool, args):
+    """A name of bytes that are not UTF-8 (a model can make one with Bash) came back as surrogates, and the
+    result could not be encoded when the step stored it: the step failed again on every retry."""
+    (tmp_path / os.fsdecode(b"bad\xff.txt")).write_text("x\n")
+    text = run_tool(TOOLS, tool, args, ctx).text()
+    text.encode("utf-8")  # what storing it does
+    assert "bad" in text

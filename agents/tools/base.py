@@ -66,7 +66,10 @@ class ToolResult(BaseModel):
     def text(self) -> str:
         """The tool_result content: the envelope as JSON, secrets redacted."""
         body = {"status": self.status, "data": self.data, "error": self.error}
-        return redact(json.dumps(body, ensure_ascii=False, default=str))
+        text = json.dumps(body, ensure_ascii=False, default=str)
+        # A file name of bytes that are not UTF-8 arrives as surrogates (os.fsdecode); as they are, the result
+        # could not be stored, and the step would fail on every retry. Their bytes are shown escaped instead.
+        return redact(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def parse_envelope(text: str) -> dict[str, Any]:
