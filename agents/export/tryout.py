@@ -63,11 +63,17 @@ class Tryout(BaseModel):
     task: str
     duration_s: float
     generated_at: str
+    # Where the tool calls and the judge ran (the scores' metadata): name, confined, note. None before it was kept.
+    sandbox: dict[str, Any] | None = None
 
     def summary(self) -> str:
         hats = ", ".join(f"pass^{k} {v:.2f}" for k, v in self.pass_hat.items())
         mock = " (mock)" if self.mock else ""
-        return f"{self.model}{mock}: {self.pass_rate:.0%} of {len(self.samples)} samples x {self.epochs} epochs; {hats}"
+        where = ""
+        if self.sandbox and self.sandbox.get("confined") is False:
+            where = f"; tool calls ran UNCONFINED ({self.sandbox.get('name')}: no sandbox could be had)"
+        return (f"{self.model}{mock}: {self.pass_rate:.0%} of {len(self.samples)} samples x {self.epochs} epochs; "
+                f"{hats}{where}")
 
 
 def tryout_path(root: Path, iteration: int) -> Path:
@@ -156,10 +162,14 @@ def _summarise(name: str, iteration: int, model: str, note: str | None, epochs: 
                duration_s: float, task_file: Path) -> Tryout:
     by_sample: dict[str, list[Any]] = defaultdict(list)
     rules: dict[str, list[str]] = {}
+    where: list[dict[str, Any]] = []
     for sample in log.samples:
         score = next(iter(sample.scores.values()), None) if sample.scores else None
         by_sample[str(sample.id)].append(score)
         rules[str(sample.id)] = list((sample.metadata or {}).get("rules", []))
+        said = (sample.metadata or {}).get("sandbox")
+        if isinstance(said, dict):
+            where.append(said)
     samples = [_sample(sid, rules[sid], scores) for sid, scores in by_sample.items()]
     hats = {str(k): sum(s.pass_hat[str(k)] for s in samples) / len(samples) for k in range(1, epochs + 1)}
     return Tryout(
@@ -167,6 +177,8 @@ def _summarise(name: str, iteration: int, model: str, note: str | None, epochs: 
         epochs=epochs, pass_rate=sum(s.pass_rate for s in samples) / len(samples), pass_hat=hats,
         samples=samples, log=str(log.location), task=str(task_file),
         duration_s=round(duration_s, 3), generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        # An unconfined sample, if any, is the one to report: it is what the user must hear about.
+        sandbox=next((w for w in where if w.get("confined") is not True), where[0] if where else None),
     )
 
 

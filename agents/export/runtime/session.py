@@ -1,6 +1,12 @@
-"""What an exported task does outside Inspect: run one tool call, and judge a finished
-sample, each in one child process with time and memory limits (the evaluation's own
-``child_main.py``), never in the Inspect process. Standard library only.
+"""What an exported task asks of a tool call and of a judgement, and what it makes of the answer.
+Standard library only.
+
+Each is a request for ``box.py`` (``call_request``, ``judge_request``), which runs the evaluation's own
+``child_main.py`` on it in one child process with time and memory limits, never in the Inspect process;
+``task.py`` sends it through Inspect's sandbox and turns the frame that comes back into a ``Ran``
+(``ran_from_box``); ``call_result`` and ``judgement`` read that. ``call_tool`` and ``judge`` do the same
+here, with the box's steps run in this process and no sandbox: for tests and for a script that uses the
+runtime without Inspect.
 
 The export folder holds ``scenario.json`` (policy, tools, samples, limits), ``tools/``
 and ``checkers/`` as the iteration wrote them, and this package.
@@ -10,19 +16,19 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
-import sys
+import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .box import launch, read_frame
 from .compare import effect_differences, free_text, short, state_differences
 from .processes import Finished, run_limited
 
 PACKAGE = Path(__file__).resolve().parent
 EXPORT = PACKAGE.parent
-CHILD = PACKAGE / "child_main.py"
+BOX_SLACK_S = 30  # beyond the call's own time limit: the sandbox's start, the copies, the interpreter's start
 
 
 @dataclass(frozen=True)
@@ -67,17 +73,26 @@ class Judgement:
     checkers: list[dict[str, Any]] = field(default_factory=list)
 
 
-def call_tool(scenario: Scenario, tool: str, args: dict[str, Any], data: dict[str, Any]) -> CallResult:
-    """One tool call on ``data`` in a limited child: its output and the data after it, or
-    an error the model is shown (unknown tool, wrong arguments, a crash, a limit)."""
+def call_request(scenario: Scenario, tool: str, args: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """The box's request for one tool call on ``data`` (mode "call")."""
     job = {"mode": "call", "sample": {"id": "call", "actions": [{"tool": tool, "args": args}]}, "data": data}
-    result, problem = _run(scenario, job)
-    if problem:
-        return CallResult(None, None, f"tool {tool} {problem}")
-    error = result.get("error")
+    return _request(scenario, job)
+
+
+def call_result(scenario: Scenario, tool: str, ran: Ran) -> CallResult:
+    """The call's output and the data after it, or an error the model is shown (unknown tool, wrong
+    arguments, a crash, a limit, a full disk)."""
+    if ran.result is None:
+        return CallResult(None, None, f"tool {tool} {_problem(scenario, ran)}")
+    error = ran.result.get("error")
     if error:
-        return CallResult(None, None, _for_the_model(tool, error))
-    return CallResult(result["outputs"][0], result["final_data"])
+        return CallResult(None, None, _for_the_model(tool, error) + _filled(ran))
+    return CallResult(ran.result["outputs"][0], ran.result["final_data"])
+
+
+def call_tool(scenario: Scenario, tool: str, args: dict[str, Any], data: dict[str, Any]) -> CallResult:
+    """One tool call on ``data`` in a limited child of this process, without a sandbox."""
+    return call_result(scenario, tool, _launch(scenario, call_request(scenario, tool, args, data)))
 
 
 def _for_the_model(tool: str, error: dict[str, Any]) -> str:
@@ -90,18 +105,22 @@ def _for_the_model(tool: str, error: dict[str, Any]) -> str:
     return message.removeprefix("action 0: ")
 
 
-def judge(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, Any]],
-          final_data: dict[str, Any]) -> Judgement:
-    """The sample's verdict on what the model did, by baton's rules: the final data holds
-    the expected actions' effects and ``expected_state``, and every checker accepts.
-
-    One child does both halves (mode "reference_and_judge"): it replays the expected actions
-    in a process forked from it, with a folder of its own, then runs the checkers on the
-    model's outcome, so neither half sees what the other left behind (child_main.py)."""
-    initial = scenario.initial_data()
+def judge_request(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, Any]],
+                  final_data: dict[str, Any]) -> dict[str, Any]:
+    """The box's request for a sample's verdict (mode "reference_and_judge"): the child replays the expected
+    actions in a process forked from it, with a folder of its own, then runs the checkers on the model's
+    outcome, so neither half sees what the other left behind (child_main.py)."""
     outputs = [c["output"] for c in calls if c.get("output") is not None]
-    outcome = {"outputs": outputs, "final_data": final_data, "initial_data": initial}
-    ran = _launch(scenario, {"mode": "reference_and_judge", "sample": sample, "outcome": outcome}, reference=True)
+    outcome = {"outputs": outputs, "final_data": final_data, "initial_data": scenario.initial_data()}
+    return _request(scenario, {"mode": "reference_and_judge", "sample": sample, "outcome": outcome}, reference=True)
+
+
+def judgement(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, Any]], final_data: dict[str, Any],
+              ran: Ran) -> Judgement:
+    """The sample's verdict on what the model did, by baton's rules: the final data holds the expected
+    actions' effects and ``expected_state``, and every checker accepts. RuntimeError if the expected
+    actions could not be replayed (the export is broken)."""
+    initial = scenario.initial_data()
     reference = _reference_data(scenario, sample, ran)
     effects = effect_differences(reference, final_data, free_text(sample["actions"], initial))
     differences = [f"the final data differs from the expected actions' effects at {d}" for d in effects]
@@ -112,7 +131,7 @@ def judge(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, Any]
     rejections += [f"checker module {e['module']} failed to import: {e['exception']}"
                    for e in verdicts.get("checker_errors", [])]
     if ran.result is None:  # the replay ended, so it was the checkers that the limit or a crash stopped
-        rejections.append(f"the checkers {_problem(scenario, ran.done)}")
+        rejections.append(f"the checkers {_problem(scenario, ran)}")
     elif verdicts.get("error"):  # out of memory: the checker named and those after it gave no verdict
         error = verdicts["error"]
         where = f" in checker {error['checker']}" if error.get("checker") else ""
@@ -121,12 +140,21 @@ def judge(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, Any]
     return Judgement(passed, _explain(passed, len(calls), differences, rejections), differences, checkers)
 
 
+def judge(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, Any]],
+          final_data: dict[str, Any]) -> Judgement:
+    """``judgement`` of a judging child run in this process, without a sandbox."""
+    ran = _launch(scenario, judge_request(scenario, sample, calls, final_data))
+    return judgement(scenario, sample, calls, final_data, ran)
+
+
 def _reference_data(scenario: Scenario, sample: dict[str, Any], ran: Ran) -> dict[str, Any]:
     """The final data of the sample's expected actions; RuntimeError if they could not be replayed."""
+    if ran.problem:  # the sandbox ran nothing, or gave nothing back: not the export's fault
+        raise RuntimeError(f"sample {sample['id']} could not be judged: {_problem(scenario, ran)}")
     reference = ran.reference
     if reference is None:  # the replay's process left no result: its exit status, or the whole child's
         returncode = (ran.result or {}).get("reference_returncode", ran.done.returncode)
-        why = _problem(scenario, ran.done, returncode)
+        why = _problem(scenario, ran, returncode)
     elif reference.get("error") or "final_data" not in reference:
         why = (reference.get("error") or {}).get("message", "no final data")
     else:
@@ -157,59 +185,78 @@ def _explain(passed: bool, n_calls: int, differences: list[str], rejections: lis
 @dataclass
 class Ran:
     """What one child left: its result and, when it replayed the expected actions apart,
-    that replay's result (None for each file not written), and how its process ended."""
+    that replay's result (None for each file not written), how its process ended, the writable
+    spaces it left full, and what kept it from running at all (``problem``)."""
 
     result: dict[str, Any] | None
     reference: dict[str, Any] | None
     done: Finished
+    full: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+
+def _request(scenario: Scenario, job: dict[str, Any], reference: bool = False) -> dict[str, Any]:
+    return {"job": copy.deepcopy(job), "timeout_s": scenario.timeout_s, "memory_mb": scenario.memory_mb,
+            "reference": reference}
+
+
+def exec_timeout(scenario: Scenario) -> int:
+    """The sandbox's own time limit for one request: the call's, and time to set it up."""
+    return math.ceil(scenario.timeout_s) + BOX_SLACK_S
+
+
+def ran_from_box(returncode: int, stdout: str, stderr: str) -> Ran:
+    """What the box printed in a sandbox; a ``Ran`` with a ``problem`` when no frame came back."""
+    payload = read_frame(stdout)
+    if payload is None:
+        tail = (stderr.strip().splitlines() or stdout.strip().splitlines() or ["no output"])[-1]
+        return Ran(None, None, Finished(returncode, False, "", stderr[-4096:]),
+                   problem=f"the sandbox returned no result (exit {returncode}: {short(tail)})")
+    return _ran(payload)
+
+
+def timed_out_in_box(scenario: Scenario) -> Ran:
+    """The sandbox's own time limit ran out (the call's limit is enforced inside, and shorter)."""
+    return Ran(None, None, Finished(-9, True), problem=f"did not finish within the sandbox's time limit "
+                                                       f"({exec_timeout(scenario)} s)")
+
+
+def _ran(payload: dict[str, Any]) -> Ran:
+    if payload.get("problem"):
+        return Ran(None, None, Finished(-1, False), list(payload.get("full") or []), str(payload["problem"]))
+    done = Finished(int(payload.get("returncode", -1)), bool(payload.get("timed_out")),
+                    str(payload.get("stdout_tail", "")), str(payload.get("stderr_tail", "")))
+    result, reference = payload.get("result"), payload.get("reference")
+    return Ran(result if isinstance(result, dict) else None, reference if isinstance(reference, dict) else None,
+               done, [str(f) for f in payload.get("full") or []])
 
 
 def _run(scenario: Scenario, job: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """(the child's result, None), or ({}, what went wrong with the process)."""
-    ran = _launch(scenario, job)
-    return (ran.result, None) if ran.result is not None else ({}, _problem(scenario, ran.done))
+    ran = _launch(scenario, _request(scenario, job))
+    return (ran.result, None) if ran.result is not None else ({}, _problem(scenario, ran))
 
 
-def _launch(scenario: Scenario, job: dict[str, Any], reference: bool = False) -> Ran:
-    """Run ``child_main.py`` on ``job`` in a fresh temp dir with copies of tools/ and
-    checkers/; with ``reference``, a second copy for the replay of the expected actions
-    that the child forks (job["reference"])."""
-    with tempfile.TemporaryDirectory(prefix="baton-export-") as tmp_name:
-        tmp = Path(tmp_name)
-        work = _copy_code(scenario, tmp / "work")
-        job = {**copy.deepcopy(job), "tools_dir": str(work / "tools"), "checkers_dir": str(work / "checkers"),
-               "result_path": str(tmp / "result.json"), "progress_path": str(tmp / "progress.json")}
-        if reference:
-            apart = _copy_code(scenario, tmp / "reference" / "work")
-            job["reference"] = {"cwd": str(apart), "tools_dir": str(apart / "tools"),
-                                "checkers_dir": str(apart / "checkers"), "result_path": str(tmp / "reference.json")}
-        (tmp / "job.json").write_text(json.dumps(job), encoding="utf-8")
-        done = run_limited([sys.executable, "-I", str(CHILD), str(tmp / "job.json")],
-                           cwd=work, timeout_s=scenario.timeout_s, memory_mb=scenario.memory_mb)
-        return Ran(_read(tmp / "result.json"), _read(tmp / "reference.json") if reference else None, done)
+def _launch(scenario: Scenario, request: dict[str, Any]) -> Ran:
+    """The box's steps in this process (no sandbox): a temp dir with copies of tools/ and checkers/, one
+    limited child. ``run_limited`` is looked up here, at each call, so a test can count the children."""
+    with tempfile.TemporaryDirectory(prefix="baton-export-") as tmp:
+        return _ran(launch(scenario.folder, request, Path(tmp), run=run_limited))
 
 
-def _copy_code(scenario: Scenario, work: Path) -> Path:
-    work.mkdir(parents=True)
-    for folder in ("tools", "checkers"):
-        if (scenario.folder / folder).is_dir():
-            shutil.copytree(scenario.folder / folder, work / folder,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return work
+def _filled(ran: Ran) -> str:
+    return f" (the call filled its writable space: {', '.join(ran.full)})" if ran.full else ""
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _problem(scenario: Scenario, done: Finished, returncode: int | None = None) -> str:
+def _problem(scenario: Scenario, ran: Ran, returncode: int | None = None) -> str:
     """What went wrong with a child that left no result; ``returncode`` is that of the
     forked replay when it was the one that ended without."""
+    if ran.problem:
+        return ran.problem + _filled(ran)
+    done = ran.done
     if done.timed_out:
         return f"did not finish within the time limit ({scenario.timeout_s:g} s)"
     tail = done.stderr_tail.strip().splitlines()[-1:] or ["no output"]
-    return (f"ended without a result (exit {done.returncode if returncode is None else returncode}, memory limit "
+    said = (f"ended without a result (exit {done.returncode if returncode is None else returncode}, memory limit "
             f"{scenario.memory_mb} MB): {short(tail[0])}")
+    return f"filled its writable space ({', '.join(ran.full)}) and {said}" if ran.full else said

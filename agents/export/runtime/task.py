@@ -3,9 +3,14 @@
     inspect eval task.py --model <provider/model>
 
 The model under test gets the scenario's policy as its system message and the
-scenario's tools; each sample starts from its own copy of tools/data.json, every tool
-call runs in a child process with time and memory limits, and the scorer judges the
-final data and the calls as baton's evaluation does (baton_runtime/session.py).
+scenario's tools; each sample starts from its own copy of tools/data.json, and the scorer
+judges the final data and the calls as baton's evaluation does (baton_runtime/session.py).
+
+Every tool call and every judgement runs through Inspect's sandbox: ``sandbox().exec`` of
+``baton_runtime/box.py``, which runs the scenario's code in a child process with time and
+memory limits. The task's own sandbox is ``baton_bwrap`` (baton_runtime/sandbox.py, bubblewrap);
+``inspect eval task.py --sandbox docker`` runs the same in a container built from compose.yaml
+and the Dockerfile beside this file. Each sample's log says where its calls ran.
 """
 
 from __future__ import annotations
@@ -18,20 +23,25 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # baton_runtime/ sits beside this file
 
-import anyio  # noqa: E402 - after the path is set
+from baton_runtime import session  # noqa: E402 - after the path is set
+from baton_runtime.box import FRAME_BYTES  # noqa: E402
 from baton_runtime.offline_tokens import provide_o200k  # noqa: E402
-from baton_runtime.session import Scenario, call_tool, judge  # noqa: E402
+from baton_runtime.sandbox import EXPORT_ROOT, NAME  # noqa: E402 - and registers the sandbox NAME
+from baton_runtime.session import Ran, Scenario  # noqa: E402
 from inspect_ai import Task, task  # noqa: E402
 from inspect_ai.dataset import MemoryDataset, Sample  # noqa: E402
+from inspect_ai.log import transcript  # noqa: E402
 from inspect_ai.model import ChatMessageSystem  # noqa: E402
 from inspect_ai.scorer import Score, Target, accuracy, scorer, stderr  # noqa: E402
 from inspect_ai.solver import Generate, TaskState, generate, solver, use_tools  # noqa: E402
 from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams  # noqa: E402
-from inspect_ai.util import store  # noqa: E402
+from inspect_ai.util import SandboxEnvironment, override_sandbox_output_limit, sandbox, store  # noqa: E402
 
 SCENARIO = Scenario.load(HERE)
-DATA, CALLS = "baton:data", "baton:calls"  # per-sample store keys: the data now, the calls made
+DATA, CALLS, WHERE = "baton:data", "baton:calls", "baton:sandbox"  # per-sample store keys
 MESSAGE_LIMIT = 60  # a model that loops on tools ends here, and the sample is scored as it stands
+DOCKER_NOTE = ("Tool calls and the judge ran in Inspect's docker sandbox (with the export's compose.yaml: no "
+               "network, no capabilities, a read-only system, bounded /work and /tmp).")
 
 provide_o200k()  # Inspect counts tokens with it; offline it cannot download it
 
@@ -41,11 +51,51 @@ def _data() -> dict[str, Any]:
     return SCENARIO.initial_data() if data is None else data
 
 
+def confinement() -> dict[str, Any]:
+    """Where this sample's calls run: the sandbox's name, whether it confines them (None: the provider's
+    business), and in plain words."""
+    inner = sandbox().as_type(SandboxEnvironment)  # the provider's own object, not Inspect's proxy of it
+    said = getattr(inner, "baton_confinement", None)
+    if isinstance(said, dict):
+        return dict(said)
+    kind = type(inner).__name__
+    if kind == "LocalSandboxEnvironment":
+        return {"name": "local", "confined": False,
+                "note": "UNCONFINED: Inspect's local sandbox ran every tool call and the judge on this machine, "
+                        "as the user running Inspect (each with an empty environment, in a process group of its "
+                        "own). Leave out --sandbox to use the export's bubblewrap sandbox, or use --sandbox docker."}
+    if kind == "DockerSandboxEnvironment":
+        return {"name": "docker", "confined": True, "note": DOCKER_NOTE}
+    return {"name": kind, "confined": None, "note": f"Tool calls and the judge ran in the {kind} sandbox, "
+                                                     "confined as that provider confines them."}
+
+
+def _root() -> str:
+    """Where box.py finds the export inside the sandbox: /export, unless the sandbox runs on this machine."""
+    inner = sandbox().as_type(SandboxEnvironment)
+    if type(inner).__name__ == "LocalSandboxEnvironment":
+        return str(HERE)
+    return str(getattr(inner, "export_root", EXPORT_ROOT))
+
+
+async def in_sandbox(request: dict[str, Any]) -> Ran:
+    """Run one box request in this sample's sandbox and read its frame."""
+    try:
+        with override_sandbox_output_limit(FRAME_BYTES + 65536, "exec"):  # the box bounds its frame
+            done = await sandbox().exec(["python3", "-I", "-B", f"{_root()}/baton_runtime/box.py"],
+                                        input=json.dumps(request), timeout=session.exec_timeout(SCENARIO),
+                                        timeout_retry=False)
+    except TimeoutError:
+        return session.timed_out_in_box(SCENARIO)
+    return session.ran_from_box(done.returncode, done.stdout, done.stderr)
+
+
 def scenario_tool(spec: dict[str, Any]) -> Tool:
     name = spec["name"]
 
     async def execute(**args: Any) -> str:
-        result = await anyio.to_thread.run_sync(call_tool, SCENARIO, name, args, _data())
+        ran = await in_sandbox(session.call_request(SCENARIO, name, args, _data()))
+        result = session.call_result(SCENARIO, name, ran)
         calls = store().get(CALLS, [])
         store().set(CALLS, [*calls, {"tool": name, "args": args, "output": result.output, "error": result.error}])
         if result.error is not None:
@@ -69,15 +119,31 @@ def policy_message():  # noqa: ANN201 - Inspect's decorator types it
     return solve
 
 
+@solver
+def say_where_calls_run():  # noqa: ANN201
+    """The sample's log says where its tool calls and its judge run: in its metadata, in the transcript,
+    and (by the scorer) in the score's metadata. Plainly when that is UNCONFINED."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        where = confinement()
+        store().set(WHERE, where)
+        state.metadata["sandbox"] = where
+        transcript().info(where["note"], source=f"sandbox {where['name']}")
+        return state
+
+    return solve
+
+
 @scorer(metrics=[accuracy(), stderr()])
 def baton_scorer():  # noqa: ANN201
     async def score(state: TaskState, target: Target) -> Score:
         sample = SCENARIO.sample(state.sample_id)
         calls, final = store().get(CALLS, []), _data()
-        verdict = await anyio.to_thread.run_sync(judge, SCENARIO, sample, calls, final)
+        ran = await in_sandbox(session.judge_request(SCENARIO, sample, calls, final))
+        verdict = session.judgement(SCENARIO, sample, calls, final, ran)
         return Score(value=1.0 if verdict.passed else 0.0, explanation=verdict.explanation,
                      metadata={"differences": verdict.differences, "checkers": verdict.checkers,
-                               "tool_calls": len(calls)})
+                               "tool_calls": len(calls), "sandbox": store().get(WHERE) or confinement()})
 
     return score
 
@@ -89,7 +155,10 @@ def scenario() -> Task:
                for s in SCENARIO.samples]
     return Task(
         dataset=MemoryDataset(samples, name=SCENARIO.name),
-        solver=[policy_message(), use_tools([scenario_tool(t) for t in SCENARIO.tools]), generate()],
+        solver=[say_where_calls_run(), policy_message(), use_tools([scenario_tool(t) for t in SCENARIO.tools]),
+                generate()],
         scorer=baton_scorer(),
         message_limit=MESSAGE_LIMIT,
+        # The export's own sandbox, told which export to bind; `inspect eval task.py --sandbox docker` replaces it.
+        sandbox=(NAME, str(HERE)),
     )
