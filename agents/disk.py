@@ -63,6 +63,9 @@ class AgentState(BaseModel):
     # Raised when the API refused a thinking block baton sent back: every block stamped before is left out.
     thinking_epoch: int = 0
     thinking_epoch_step: int = 0  # the step that raised it last: a second refusal at the same step fails
+    # The API's count of the last request counted (its fingerprint, the count): the step before a step counts
+    # that step's request when it decides whether a compaction must come first; the step then takes it from here.
+    counted: tuple[str, int] | None = None
 
 
 class LogRecord(BaseModel):

@@ -9,7 +9,9 @@
    returns ``compaction_needed`` instead of compacting inline;
 3. otherwise assembles the request, calls the model, persists the response,
    runs the tools one by one (each result archived as it completes), persists
-   the results and says what happens next.
+   the results and says what happens next: the next step, or, when that step's
+   context is over the threshold, ``compaction_needed`` for it already, so the
+   compaction is sent in its place and the step is sent once, after it.
 
 Its parts, one idea to a module: ``step_request`` (the request, and when the
 context must be compacted first; near the threshold the API's exact token count
@@ -42,12 +44,12 @@ from agents.outcomes import StepOutcome
 from agents.step_call import CUT_MARKER, MAX_RESUMES, call_model
 from agents.step_notes import CONVENTIONS_CHANGED, MAX_NUDGES, NUDGE, note_for, remind
 from agents.step_outcome import failed, outcome_fields
-from agents.step_request import EXACT_COUNT_MARGIN
+from agents.step_request import EXACT_COUNT_MARGIN, compaction_first
 from agents.step_tools import Fault, finish_tools, no_fault
-from scenarios.lease import LeaseLost
+from scenarios.lease import LeaseBusy, LeaseLost
 
 __all__ = ["CONVENTIONS_CHANGED", "CUT_MARKER", "EXACT_COUNT_MARGIN", "MAX_NUDGES", "MAX_RESUMES", "NUDGE", "Fault",
-           "discarded", "run_step", "run_turn"]
+           "compaction_before", "discarded", "run_step", "run_turn"]
 
 
 def run_step(root: Path, agent: Agent, step: int | None = None, *, fault: Fault = no_fault) -> StepOutcome:
@@ -87,7 +89,7 @@ def _step(disk: AgentDisk, agent: Agent, step: int | None, fault: Fault) -> Step
     due = disk.due()
     base = outcome_fields(disk, agent)
     if pending:
-        return finish_tools(disk, agent, pending, fault, base)
+        return compaction_first(disk, agent, finish_tools(disk, agent, pending, fault, base))
     if not disk.records:
         return StepOutcome(step=due, status="idle", reason="the log is empty: no turn was opened", **base)
     if disk.turn_over():
@@ -104,7 +106,29 @@ def _step(disk: AgentDisk, agent: Agent, step: int | None, fault: Fault) -> Step
         reminded = remind(disk, last.step, base, note_for(disk, last.step))
         if reminded.status == "failed":
             return reminded
-    return call_model(disk, agent, due, base, fault)
+    return compaction_first(disk, agent, call_model(disk, agent, due, base, fault))
+
+
+def compaction_before(root: Path, agent: Agent, step: int) -> StepOutcome | None:
+    """``compaction_needed`` for step ``step`` when its request must wait for a compaction (recorded for the
+    compaction task), decided before the step is sent; None when the step may be sent as it is.
+
+    For the first step of a turn, which no step before it decided for (``compaction_first`` does that for
+    every later step). A step that is not due, or an agent another writer holds, is left to decide itself."""
+    if _not_this_step(AgentDisk.load(root, agent.role), agent, step) is not None:
+        return None  # answered from a plain read, like a step that is not due: no lease taken
+    try:
+        disk = AgentDisk.claim(root, agent.role)
+    except LeaseBusy:
+        return None
+    try:
+        if disk.due() != step or disk.pending() or not disk.records or disk.turn_over():
+            return None
+        went_on = StepOutcome(step=step - 1, status="continue", **outcome_fields(disk, agent))
+        asked = compaction_first(disk, agent, went_on)
+    except LeaseLost:
+        return None
+    return asked if asked.status == "compaction_needed" else None
 
 
 def run_turn(root: Path, agent: Agent, *, max_calls: int = 1_000, fault: Fault = no_fault) -> StepOutcome:

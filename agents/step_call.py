@@ -13,7 +13,6 @@ The reply is appended to the log with its ``StepEvent`` inside the record, then 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 from agents import tracing
@@ -25,9 +24,9 @@ from agents.models import Model, ModelError, ModelRequest, ModelResponse, Prompt
 from agents.outcomes import StepOutcome
 from agents.step_notes import note_conventions, note_for, remind
 from agents.step_outcome import failed
-from agents.step_request import ask_compaction, compaction_can_help, exact_count, request_for, too_long
+from agents.step_request import prepare, too_long
 from agents.step_tools import Fault, finish_tools
-from context.assembly import Assembled, ContextOverflow
+from context.assembly import Assembled
 from context.form_parts import clip_line
 from context.messages import Message, TextBlock
 from context.prefix import bind_reply
@@ -48,32 +47,15 @@ def call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], f
         assembler = agent.assembler(disk, history)
     except ConventionsError as exc:  # a CONVENTIONS.md that cannot be used: the run stops and says which
         return failed(disk, step, base, str(exc))
-    event = disk.compaction()
-    try:
-        assembled = assembler.assemble(event)
-    except ContextOverflow as exc:
-        return ask_compaction(disk, step, base, str(exc))
-    base["tokens_in_context"] = assembled.estimated_input
-    if disk.state.force_compaction:
-        return ask_compaction(disk, step, base, "the API said the prompt is too long")
-
-    config, static = agent.config, assembler.static
+    config = agent.config
     # An earlier attempt of this step was cut and a crash came before its retry was persisted.
     cuts = [e for e in disk.events if isinstance(e, OutputCutEvent) and e.step == step]
     retry_max_tokens = cuts[0].retry_max_tokens if cuts else None
-    request = request_for(agent, assembled, static, retry_max_tokens or config.context.max_tokens)
-    counted = exact_count(disk, agent, assembled, request)
-    if counted is not None:  # an exact count teaches the estimator as a response's usage does
-        assembler.estimator.observe(counted, assembled.messages, extra_raw_tokens=static.tokens)
-        disk.state.estimator = assembler.estimator.to_dict()
-        disk.save_state()
-    tokens = assembled.estimated_input if counted is None else counted
-    base["tokens_in_context"] = tokens
-    # The compactor decides on the exact count when there is one (it is what the API will see).
-    over = assembler.should_compact(replace(assembled, estimated_input=tokens), event)
-    if over and compaction_can_help(disk, agent, event, step):
-        why = f"~{tokens} tokens in context, over the threshold of {config.context.threshold}"
-        return ask_compaction(disk, step, base, why)
+    prepared = prepare(disk, agent, assembler, step, base, retry_max_tokens or config.context.max_tokens)
+    if isinstance(prepared, StepOutcome):
+        return prepared  # compaction_needed
+    assembled, request, counted, tokens = prepared.assembled, prepared.request, prepared.counted, prepared.tokens
+    static = assembler.static
 
     started = time.monotonic()
     while True:

@@ -4,21 +4,27 @@ The request is assembled from the log (``Agent.assembler``). Over the threshold,
 (the assembler's ``ContextOverflow``, the API's "prompt is too long"), the step asks for a compaction
 instead (``compaction_needed``: the compaction task checks ``AgentState.compaction_due``). Near the
 threshold the API's exact token count decides.
+
+The step that goes on makes the same decision for the step after it (``compaction_first``), so a
+compaction is sent in that step's place and the step is sent once, by the compaction. The step's own
+check stays: a step sent by ``resume``, or one the API finds too long, still asks for its compaction.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agents.agent import Agent
+from agents.conventions import ConventionsError
 from agents.disk import AgentDisk
 from agents.events import PromptTooLongEvent, StepEvent
 from agents.models import ModelError, ModelRequest, TokenCounter
 from agents.outcomes import StepOutcome
 from agents.step_outcome import failed
 from agents.thinking import thinking_fields
-from context.assembly import Assembled, StaticPrefix
+from context.assembly import Assembled, Assembler, ContextOverflow, StaticPrefix
 from context.compaction_event import CompactionEvent
 
 log = logging.getLogger(__name__)
@@ -26,6 +32,77 @@ log = logging.getLogger(__name__)
 # Near the threshold the estimate (about 1% off) could decide either way: within this share
 # of it, the step asks the API for an exact count before deciding to compact.
 EXACT_COUNT_MARGIN = 0.10
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A step's request, ready to be sent, with its size."""
+
+    assembled: Assembled
+    request: ModelRequest
+    counted: int | None  # the API's exact count, when it was asked
+    tokens: int  # what decided: the exact count, else the estimate
+
+
+def prepare(disk: AgentDisk, agent: Agent, assembler: Assembler, step: int, base: dict[str, Any],
+            max_tokens: int) -> Prepared | StepOutcome:
+    """Step ``step``'s request as the context stands, or ``compaction_needed`` (recorded for the compaction
+    task) when the context must be compacted before it is sent. ``base["tokens_in_context"]`` is its size."""
+    event = disk.compaction()
+    try:
+        assembled = assembler.assemble(event)
+    except ContextOverflow as exc:
+        return ask_compaction(disk, step, base, str(exc))
+    base["tokens_in_context"] = assembled.estimated_input
+    if disk.state.force_compaction:
+        return ask_compaction(disk, step, base, "the API said the prompt is too long")
+
+    request = request_for(agent, assembled, assembler.static, max_tokens)
+    counted = _counted(disk, agent, assembler, assembled, request)
+    tokens = assembled.estimated_input if counted is None else counted
+    base["tokens_in_context"] = tokens
+    # The compactor decides on the exact count when there is one (it is what the API will see).
+    over = assembler.should_compact(replace(assembled, estimated_input=tokens), event)
+    if over and compaction_can_help(disk, agent, event, step):
+        why = f"~{tokens} tokens in context, over the threshold of {agent.config.context.threshold}"
+        return ask_compaction(disk, step, base, why)
+    return Prepared(assembled, request, counted, tokens)
+
+
+def _counted(disk: AgentDisk, agent: Agent, assembler: Assembler, assembled: Assembled, request: ModelRequest
+             ) -> int | None:
+    """The exact count of ``request`` when the estimate could decide wrongly (``exact_count``), asked once: a
+    request counted before (by the step before, deciding for this one) is not counted again."""
+    fingerprint = request.fingerprint()
+    if disk.state.counted is not None and disk.state.counted[0] == fingerprint:
+        return disk.state.counted[1]  # and the estimator learned from it then
+    counted = exact_count(disk, agent, assembled, request)
+    if counted is not None:  # an exact count teaches the estimator as a response's usage does
+        assembler.estimator.observe(counted, assembled.messages, extra_raw_tokens=assembler.static.tokens)
+        disk.state.estimator = assembler.estimator.to_dict()
+        disk.state.counted = (fingerprint, counted)
+        disk.save_state()
+    return counted
+
+
+def compaction_first(disk: AgentDisk, agent: Agent, outcome: StepOutcome) -> StepOutcome:
+    """What follows a step that went on: ``outcome`` itself, or, when the next step's request must wait for a
+    compaction, ``compaction_needed`` for that step, decided now as the step itself would decide it when it
+    starts (``prepare``). Then the compaction is sent instead of the step, and the step once, after it."""
+    if outcome.status != "continue":
+        return outcome
+    if disk.steps_this_turn() >= agent.config.max_steps_per_turn:
+        return outcome  # the next step fails at its start, without a request
+    try:
+        assembler = agent.assembler(disk, disk.history())
+    except ConventionsError:
+        return outcome  # the next step fails with the same message
+    step = disk.due()
+    base = outcome.model_dump(exclude={"step", "status", "reason", "skip"})
+    prepared = prepare(disk, agent, assembler, step, base, agent.config.context.max_tokens)
+    if isinstance(prepared, Prepared):
+        return outcome
+    return prepared.model_copy(update={"reason": f"after step {outcome.step}: {prepared.reason}"})
 
 
 def request_for(agent: Agent, assembled: Assembled, static: StaticPrefix, max_tokens: int) -> ModelRequest:

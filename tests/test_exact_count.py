@@ -176,7 +176,23 @@ def test_far_from_the_threshold_nothing_is_counted(worked):
     root, agent, model = worked
     est = estimate(root, agent)
     far = with_threshold(agent, int(est / (1 - EXACT_COUNT_MARGIN)) + 50)
-    assert run_step(root, far).status == "continue" and len(model.counted) == 1
+    assert run_step(root, far).status == "continue"
+    sent = [e for e in AgentDisk.load(root, "init").events if isinstance(e, StepEvent)][-1]
+    # Its own request was not counted (the next step's, nearer the threshold, may be: the step decides for it).
+    assert sent.counted_input is None and sent.request not in model.counted
+
+
+def test_a_request_counted_by_the_step_before_is_not_counted_again(worked):
+    root, agent, model = worked
+    est = estimate(root, agent)
+    near = with_threshold(agent, int(est / (1 - EXACT_COUNT_MARGIN)) + 50)  # this step far, the next one near
+    model.answer = est + 200  # under the threshold: the next step runs
+    assert run_step(root, near).status == "continue"
+    assert len(model.counted) == 2  # the first call, and the next step's request while this step decided for it
+    assert run_step(root, near).status == "continue"
+    sent = [e for e in AgentDisk.load(root, "init").events if isinstance(e, StepEvent)][-1]
+    assert model.counted[1] == sent.request and model.counted.count(sent.request) == 1  # counted once, and used
+    assert sent.counted_input == est + 200
 
 
 def test_the_simulated_model_is_never_asked_and_its_events_are_unchanged(tmp_path):

@@ -36,7 +36,7 @@ from agents.payloads import ExecuteToInit, InitToExecute, parse_payload_dict
 from agents.pricing import price_for
 from agents.role import Role
 from agents.settings_layers import load_scenario_config, resolve_agents, scenario_prices, setting_sources
-from agents.step import run_step
+from agents.step import compaction_before, run_step
 from agents.tools.handoff import KIND, handoff_path
 from scenarios.folder import EVERY, RECORD_BYTES, Folder
 from scenarios.lease import Lease, LeaseLost
@@ -272,17 +272,35 @@ def do_compaction(root: Path, team: Team, agent: Role, after: int | None) -> tup
     return outcome, [Task(kind="step", scenario=root.name, agent=agent, number=outcome.after_step + 1)]
 
 
-def do_phase(root: Path) -> list[Task]:
-    """Move to the next phase once the current agent's handoff is on disk (idempotent)."""
+def do_phase(root: Path, team: Team | None = None) -> list[Task]:
+    """Move to the next phase once the current agent's handoff is on disk (idempotent). With the ``team``, the
+    first step of the turn that opens is sent as the compaction it must wait for, if it must (``first_steps``)."""
     record = load_run(root)
     if record is None or record.finished:
         return []  # a duplicate after the end: answered from a plain read, claiming nothing
     lease, record = _claimed(root)
     try:
-        return _next_phase(root, record, lease) if record is not None and not record.finished else []
+        following = _next_phase(root, record, lease) if record is not None and not record.finished else []
     except LeaseLost as exc:  # a newer writer (a command, another phase task) moved the run on meanwhile
         log.warning("%s: phase change discarded: %s", root.name, exc)
         return []
+    return following if team is None else first_steps(root, team, following)
+
+
+def first_steps(root: Path, team: Team, tasks: list[Task]) -> list[Task]:
+    """``tasks``, each step that must wait for a compaction replaced by that compaction (the step follows it).
+
+    Every later step is decided for by the step before it (``agents.step_request.compaction_first``); the first
+    step of a turn has none, and its turn's opening may be what tips its context over the threshold. Without
+    this, that step would be sent, ask for the compaction, and be sent again after it."""
+    out: list[Task] = []
+    for task in tasks:
+        asked = None
+        if task.kind == "step":
+            assert task.agent is not None and task.number is not None  # a step task has both (Task._complete)
+            asked = compaction_before(root, team[task.agent], task.number)
+        out += [task] if asked is None else after_step(root, asked.agent, asked)
+    return out
 
 
 def _next_phase(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
@@ -367,4 +385,4 @@ def run_task(task: Task, team: Team, root: Path) -> tuple[StepOutcome | Compacti
         return do_step(root, team, task.agent, task.number)
     if task.kind == "compaction":
         return do_compaction(root, team, task.agent, task.number)
-    return None, do_phase(root)
+    return None, do_phase(root, team)

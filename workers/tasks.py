@@ -3,7 +3,8 @@
 Each task runs one unit of ``workers.loop`` under a per-agent Redis lock, then
 enqueues what comes next; no task waits on another task's result. Arguments
 are ids only (scenario, agent, step number). A duplicate or re-delivered task
-finds its work done by step number and does nothing twice.
+finds its work done by step number and does nothing twice, and a re-delivered
+one does not send again what its first delivery sent (``dispatch_once``).
 
 For monitoring (Flower, docs/deployment.md): each task is sent under a readable
 ``shadow`` name (``baton.step refund_desk/init iteration 1 step 4``), and a step
@@ -29,7 +30,7 @@ from agents.events import StepEvent, read_events
 from scenarios.lease import LeaseBusy
 from scenarios.run import load_run
 from scenarios.store import Layout, StoreError
-from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, app
+from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, VISIBILITY_TIMEOUT_S, app
 from workers.lock_ttl import lock_ttl_s
 from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
 from workers.scenario_lock import ScenarioBusy, shared_scenario_lock
@@ -179,6 +180,37 @@ def dispatch(tasks: list[Task], headers: list[tracing.Carrier] | None = None) ->
                           shadow=shadow, headers=sent)
 
 
+# How long a task's mark that it sent what follows it lives: longer than any redelivery of its message can come
+# (the broker hands an unacknowledged message out again within its visibility timeout).
+SENT_MARK_S = 2 * VISIBILITY_TIMEOUT_S
+
+
+def sent_key(task_id: str) -> str:
+    """The Redis key that says the task ``task_id`` sent what follows it."""
+    return f"baton:sent:{task_id}"
+
+
+def dispatch_once(task: CeleryTask, following: list[Task], headers: list[tracing.Carrier]) -> list[Task]:
+    """Send what follows ``task`` unless a delivery of the same message sent it already; returns what was sent.
+
+    The broker delivers a message again when its worker died before acknowledging it (``task_acks_late``). The
+    copy finds the work done, and a compaction's copy still names the step after it: sent again, that step
+    would run twice (the second time as a skip). So once a task's followers are sent its id is marked, and a
+    copy that finds the mark sends nothing; a copy whose first delivery died before sending finds none, and
+    sends. Only a death between the send and the mark sends twice, and the step number fences that copy."""
+    if not following:
+        return []
+    task_id = task.request.id
+    if task_id and redis_client().exists(sent_key(task_id)):
+        log.info("%s was delivered again: what follows it was sent the first time (%s)", task.request.shadow or
+                 task.name, ", ".join(f"{t.kind} {t.agent or ''} {t.number or ''}".strip() for t in following))
+        return []
+    dispatch(following, headers)
+    if task_id:
+        redis_client().set(sent_key(task_id), 1, ex=SENT_MARK_S)
+    return following
+
+
 def retry(task: CeleryTask, exc: Exception, what: Task) -> Exception:
     """Try again in a second; the copy keeps its readable name (a retry would otherwise drop the shadow)."""
     return task.retry(exc=exc, countdown=1, shadow=shadow_name(what, iteration_of(what.scenario)))
@@ -230,7 +262,7 @@ def step_task(self: CeleryTask, scenario: str, agent: str, step: int) -> dict:
         cost_usd=team[agent].cost(outcome.usage),
         said=outcome.said,  # the start of what the agent said, redacted
     )
-    dispatch(following, headers)
+    dispatch_once(self, following, headers)
     return outcome.model_dump(
         include={"agent", "step", "status", "reason", "iteration", "tokens_in_context", "threshold", "model", "usage"}
     )
@@ -251,8 +283,8 @@ def compaction_task(self: CeleryTask, scenario: str, agent: str, after_step: int
     self.send_event("task-progress", scenario=scenario, agent=agent, kind="compaction", after_step=after_step,
                     status=outcome.status, fallback=outcome.fallback, usage=outcome.usage,
                     cost_usd=team[agent].cost(outcome.usage))
-    dispatch(following, headers)
-    return {"scenario": scenario, "agent": agent, "after_step": after_step, "next": [t.model_dump() for t in following]}
+    sent = dispatch_once(self, following, headers)
+    return {"scenario": scenario, "agent": agent, "after_step": after_step, "next": [t.model_dump() for t in sent]}
 
 
 @app.task(name="baton.phase", bind=True, max_retries=None)
@@ -263,9 +295,9 @@ def phase_task(self: CeleryTask, scenario: str) -> dict:
     try:
         with agent_lock(scenario, "phase"), shared_scenario_lock(root), \
                 task_span(what, root, received(self.request)) as live:
-            following = do_phase(root)
+            following = do_phase(root, _team(root))
             headers = finish(live, None, following, root)
     except (LockBusy, LeaseBusy, ScenarioBusy) as exc:  # ScenarioBusy: an embedded run holds the folder
         raise retry(self, exc, what) from None
-    dispatch(following, headers)
-    return {"scenario": scenario, "next": [t.model_dump() for t in following]}
+    sent = dispatch_once(self, following, headers)
+    return {"scenario": scenario, "next": [t.model_dump() for t in sent]}
