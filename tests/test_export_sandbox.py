@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import uuid
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -198,9 +197,8 @@ def secret_env(logs: Path) -> dict[str, str]:
 
 
 def log_text(path: Path) -> str:
-    """Everything an .eval log holds (a zip of JSON files), as text."""
-    with zipfile.ZipFile(path) as archive:
-        return "\n".join(archive.read(name).decode("utf-8", "replace") for name in archive.namelist())
+    """Everything an .eval log holds, as text (read by Inspect: it may compress with zstd)."""
+    return read_log(path).model_dump_json()
 
 
 def read_log(path: Path) -> Any:
@@ -336,6 +334,7 @@ def test_baton_try_runs_a_hostile_tool_in_the_sandbox(finished_run: Any, tmp_pat
 
 
 @needs_bwrap
+@pytest.mark.slow  # a whole run of the exported task by Inspect (one sample)
 def test_every_tool_call_and_the_judgement_run_through_inspect_s_sandbox(exported: Path, tmp_path: Path) -> None:
     from agents.export.tryout import eval_export
 
@@ -354,6 +353,7 @@ def test_every_tool_call_and_the_judgement_run_through_inspect_s_sandbox(exporte
 
 
 @needs_bwrap
+@pytest.mark.slow  # a whole run of the exported task by Inspect (one sample)
 def test_a_call_that_fills_its_disk_fails_with_a_clear_error_and_the_next_one_works(exported: Path,
                                                                                     tmp_path: Path) -> None:
     from agents.export.tryout import eval_export
@@ -367,6 +367,46 @@ def test_a_call_that_fills_its_disk_fails_with_a_clear_error_and_the_next_one_wo
     assert "No space left on device" in filled.error.message, filled.error.message
     assert looked.error is None and json.loads(looked.text)["order_id"] == "O1001"  # a fresh space for the next
     assert only_score(log).value == 1.0, only_score(log).explanation
+
+
+@needs_bwrap
+def test_the_provider_s_exec_is_bounded_and_ends_what_it_started(exported: Path, marker: str) -> None:
+    """baton_bwrap's exec on its own: an empty environment (bwrap's own, PID 1, included), the time limit ends
+    the whole sandbox, output past Inspect's limit is refused, and nothing outlives a call."""
+    import anyio
+    from inspect_ai.util import OutputLimitExceededError, SandboxUserUnsupportedError, override_sandbox_output_limit
+
+    sandbox = runtime_module(exported, "sandbox")
+    bwrap, why = sandbox.find_bwrap()
+    assert bwrap, why
+    box = sandbox.BatonBwrapSandbox(exported, bwrap, "")
+
+    async def run(script: str, timeout: int | None = 20, **options: Any) -> Any:
+        return await box.exec(["sh", "-c", script], timeout=timeout, concurrency=False, **options)
+
+    seen = anyio.run(run, "tr '\\0' '\\n' < /proc/1/environ; echo ---; pwd; ls /export")
+    pid1, where = seen.stdout.split("---\n")
+    # Only the code a call needs is there: not scenario.json, not a .env or the logs beside task.py.
+    assert pid1.strip() == "" and where.split() == ["/work", "baton_runtime", "checkers", "tools"], seen.stdout
+    names = anyio.run(lambda: box.exec(["python3", "-I", "-c", "import os; print(*sorted(os.environ))"]))
+    assert names.stdout.split() == ["HOME", "LANG", "PATH", "PWD", "TMPDIR"], names  # PWD: bwrap's --chdir
+    with pytest.raises(TimeoutError):
+        anyio.run(run, f"setsid sh -c 'sleep 60; : {marker}' & sleep 60; : {marker}", 1)
+    assert gone(marker, within_s=5)
+
+    async def flood() -> Any:
+        with override_sandbox_output_limit(1000, "exec"):
+            return await run("head -c 5000 /dev/zero")
+
+    with pytest.raises(OutputLimitExceededError):
+        anyio.run(flood)
+    with pytest.raises(SandboxUserUnsupportedError):
+        anyio.run(lambda: run("true", user="no-such-user-here"))
+    with pytest.raises(PermissionError):
+        anyio.run(box.write_file, "note.txt", "x")
+    assert anyio.run(box.read_file, "/export/tools/data.json") == (exported / "tools" / "data.json").read_text()
+    with pytest.raises(FileNotFoundError):
+        anyio.run(box.read_file, "/export/scenario.json")
 
 
 # ---- where no sandbox can be had ----------------------------------------------------------------------
@@ -385,6 +425,7 @@ def no_bwrap(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest
     return "No permissions to create a new namespace"
 
 
+@pytest.mark.slow  # a whole run of the exported task by Inspect (one sample)
 def test_without_a_sandbox_a_call_still_has_an_empty_environment_and_the_run_says_it_was_unconfined(
         exported: Path, tmp_path: Path, no_bwrap: str, monkeypatch: pytest.MonkeyPatch, marker: str) -> None:
     from agents.export.tryout import eval_export
@@ -407,14 +448,13 @@ def test_without_a_sandbox_a_call_still_has_an_empty_environment_and_the_run_say
 
     infos = [e for e in resolve_sample_attachments(log.samples[0]).events if e.event == "info"]
     assert [e.data for e in infos if "UNCONFINED" in str(e.data)] == [said["note"]], infos  # in the transcript
-    readme = (exported / "README.md").read_text(encoding="utf-8")
-    assert "UNCONFINED" in readme and "bwrap" in readme and "--sandbox docker" in readme
 
 
 # ---- the docker sandbox, checked by parsing (no Docker engine here) -------------------------------------
 
 
-def test_the_export_carries_a_docker_sandbox_with_the_same_bounds(exported: Path) -> None:
+def test_the_export_carries_a_docker_sandbox_with_the_same_bounds_and_says_where_its_code_runs(
+        exported: Path) -> None:
     import yaml
     from inspect_ai.util._sandbox.compose import parse_compose_yaml
     from inspect_ai.util._sandbox.docker.config import find_compose_file
@@ -439,6 +479,9 @@ def test_the_export_carries_a_docker_sandbox_with_the_same_bounds(exported: Path
     ignored = (exported / ".dockerignore").read_text(encoding="utf-8").split()
     assert ignored[0] == "*" and {"!tools", "!checkers", "!baton_runtime"} <= set(ignored)
     assert sandbox.EXPORT_ROOT == "/export"
+    readme = (exported / "README.md").read_text(encoding="utf-8")
+    assert "`baton_bwrap`" in readme and "--sandbox docker" in readme
+    assert "the calls run UNCONFINED on this machine" in readme  # where no sandbox can be had
 
 
 # ---- helpers that need Inspect ---------------------------------------------------------------------------
