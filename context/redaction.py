@@ -11,14 +11,17 @@ rules live by idea:
   secret access keys);
 * context.secret_names: values known by what names them (``NAME=value`` for
   secret-ish names, passwords given to commands, passwords in prose);
+* context.secret_disguises: secrets encoded as base64 or hex, or written
+  backwards, judged by the two above once decoded or turned round;
 * context.secret_words: what they share (the replacement, placeholders,
   words that are no secret).
 
 This module runs them in that order, each on the text as the one before left
-it, and applies them to structures: ``redact_value`` to JSON-like data,
-``redact_message`` to messages.
+it, and applies them to structures: ``redact_value`` to JSON-like data (whose
+strings it also judges joined, for a key cut into pieces), ``redact_message``
+to messages.
 
-tests/secret_corpus.py is the measure: 102 secrets in context, 88 look-alikes;
+tests/secret_corpus.py is the measure: 114 secrets in context, 109 look-alikes;
 bench/redaction_speed.py times clean, secret-laden and pathological text.
 
 detect-secrets is not a dependency, though the shapes follow it: it scans line
@@ -31,19 +34,29 @@ password is hunter2").
 Redaction is best effort and leans towards keeping what agents must read and
 edit verbatim (source code, token counts, paths, hashes, API error texts).
 ``redact`` is idempotent because no rule touches a value that is already
-``<REDACTED>``, each pass sees the text as the passes before it left it, and
-the shape pass repeats when a replacement left a token standing alone.
+``<REDACTED>``, each pass sees the text as the passes before it left it, the
+shape and disguise passes repeat when a replacement left a token standing
+alone, and the disguise pass's budget is spent only on what it keeps.
 """
+
 from __future__ import annotations
 
 import functools
+import string
 from typing import Any
 
 from context.identity_memo import IdentityMemo
 from context.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from context.secret_disguises import redact_disguised
 from context.secret_names import is_secret_name, redact_command_passwords, redact_names
-from context.secret_shapes import looks_like_aws_secret, redact_shapes, shannon_entropy
-from context.secret_words import REDACTED
+from context.secret_shapes import (
+    TOKEN_PREFIXES,
+    glued_to_redaction,
+    looks_like_aws_secret,
+    redact_shapes,
+    shannon_entropy,
+)
+from context.secret_words import REDACTED, splice
 
 # Short texts come back again and again: a summary carries its key paths and recent results into the next
 # one, events and traces repeat their fields, tool inputs repeat paths. Their redactions are remembered by
@@ -74,6 +87,21 @@ def _redact_short(text: str) -> str | None:
 
 
 def _redact(text: str) -> str:
+    text = _redact_plain(text)
+    for _ in range(3):
+        # Last, so that what the plain rules left, decoded or turned round, is judged by them once more.
+        disguised = redact_disguised(text, _redact_plain)
+        if disguised is text:
+            break
+        text = disguised
+        if not glued_to_redaction(text):
+            break
+        # A token glued to an encoded stretch replaced after it ("...6b2d74hf_abc...") only stands alone now.
+        text = _redact_plain(text)
+    return text
+
+
+def _redact_plain(text: str) -> str:
     # Shapes first: a key found by its prefix is not judged again as a value of a name or a bare AWS key.
     text = redact_shapes(text)
     text = redact_command_passwords(text)
@@ -86,27 +114,99 @@ def redact_value(obj: Any) -> Any:
 
     Strings are redacted as text; a non-empty string under a secret-ish dict key
     is replaced entirely. Numbers are kept (``{"max_tokens": 4000}``), and dict
-    keys themselves are not redacted. Returns ``obj`` itself when nothing changed.
+    keys themselves are not redacted. The strings of one list, tuple or dict
+    are also judged joined, in order (``_joined``): a key cut into pieces
+    (``["sk-ant-api03-abcd", "efgh..."]``) loses every piece. Returns ``obj``
+    itself when nothing changed.
     """
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, dict):
         out: dict[Any, Any] = {}
-        changed = False
         for key, value in obj.items():
             if isinstance(key, str) and isinstance(value, str) and value and is_secret_name(key):
-                new: Any = value if value == REDACTED else REDACTED
+                out[key] = value if value == REDACTED else REDACTED
             else:
-                new = redact_value(value)
-            changed = changed or new is not value
-            out[key] = new
-        return out if changed else obj
+                out[key] = redact_value(value)
+        keys = [key for key, value in out.items() if isinstance(value, str) and value]
+        joined = _joined([out[key] for key in keys])
+        if joined is not None:
+            out.update(zip(keys, joined))
+        return out if any(out[key] is not value for key, value in obj.items()) else obj
     if isinstance(obj, (list, tuple)):
         items = [redact_value(v) for v in obj]
+        places = [i for i, item in enumerate(items) if isinstance(item, str) and item]
+        joined = _joined([items[i] for i in places])
+        if joined is not None:
+            for i, piece in zip(places, joined):
+                items[i] = piece
         if all(a is b for a, b in zip(items, obj)):
             return obj
         return tuple(items) if isinstance(obj, tuple) else items
     return obj
+
+
+# Characters of keys and of the URLs and NAME=value lines around them: where a string ends with some and the
+# next starts with some, the two may be one token cut in two.
+_TOKEN_CHARS = string.ascii_letters + string.digits + "+/=_.:@-"
+_MIN_JOINED = 15  # no key is shorter (Slack's, the shortest shape, have 15 characters)
+_MAX_JOINED = 16_384  # characters of a joined run judged: what a long run has further on is not
+
+
+def _joined(pieces: list[str]) -> list[str] | None:
+    """``pieces`` (non-empty strings, each redacted already) with what only their concatenation shows to be a
+    secret redacted in every piece it spans, or None when their concatenation shows nothing more.
+
+    Only a run of token characters that crosses a boundary between pieces is
+    judged: once from its start, and again from each piece in it that starts
+    as a key does, since glued to a piece before it ("deploy" + "sk-ant-...")
+    a key's prefix is none to the shapes. All between the first and the last
+    change goes; where that ends inside a piece, the rest of the piece stays.
+    """
+    if len(pieces) < 2:
+        return None
+    heads = [len(p) - len(p.lstrip(_TOKEN_CHARS)) for p in pieces]
+    tails = [len(p) - len(p.rstrip(_TOKEN_CHARS)) for p in pieces]
+    starts = [0]
+    for piece in pieces:
+        starts.append(starts[-1] + len(piece))
+    text = "".join(pieces)
+    marks: list[tuple[int, int]] = []
+    i = 0
+    while i < len(pieces) - 1:
+        if not tails[i] or not heads[i + 1]:
+            i += 1
+            continue
+        j = i + 1  # the run goes on through every piece made only of token characters
+        while heads[j] == len(pieces[j]) and j + 1 < len(pieces) and heads[j + 1]:
+            j += 1
+        run_start, run_end = starts[i + 1] - tails[i], starts[j] + heads[j]
+        if run_end - run_start >= _MIN_JOINED:
+            keylike = [starts[k] for k in range(i + 1, j + 1) if pieces[k].startswith(TOKEN_PREFIXES)]
+            for begin in [run_start, *keylike]:
+                if marks and begin < marks[-1][1]:
+                    continue  # inside what was found from further back
+                window = text[begin : min(run_end, begin + _MAX_JOINED)]
+                redacted = redact(window)
+                if redacted != window:
+                    marks.append(_changed(window, redacted, begin))
+        i = j
+    if not marks:
+        return None
+    out = []
+    for piece, start in zip(pieces, starts):
+        spans = [(max(a, start) - start, min(b, start + len(piece)) - start, REDACTED)
+                 for a, b in marks if a < start + len(piece) and b > start]
+        out.append(splice(piece, spans) if spans else piece)
+    return out
+
+
+def _changed(before: str, after: str, offset: int) -> tuple[int, int]:
+    """The span of ``before`` (at ``offset``) that redaction changed: all between the first and the last change."""
+    same = min(len(before), len(after))
+    head = next((k for k in range(same) if before[k] != after[k]), same)
+    tail = next((k for k in range(same - head) if before[-1 - k] != after[-1 - k]), same - head)
+    return offset + head, offset + len(before) - tail
 
 
 def _redact_block(block: Any) -> Any:

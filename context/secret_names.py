@@ -110,11 +110,14 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # attribute paths
 _SNAKE = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)+")
 
 
-def _keep_value(name: str, value: str, sep: str, after: str, quoted: bool, config_line: bool) -> bool:
+def _keep_value(
+    name: str, value: str, sep: str, after: str, quoted: bool, config_line: bool, file_line: bool = False
+) -> bool:
     """True for values that are not secrets even under a secret-ish name.
 
     ``after`` is the text right after the value, ``config_line`` says whether
-    the name starts its line (YAML, .env) rather than sitting in prose.
+    the name starts its line (YAML, .env) rather than sitting in prose, and
+    ``file_line`` whether the line is one of a key=value file (_file_line).
     """
     if not value or value.startswith(PLACEHOLDER_STARTS):
         return True
@@ -141,6 +144,10 @@ def _keep_value(name: str, value: str, sep: str, after: str, quoted: bool, confi
     colon = sep.strip(" \t\"'\\*") == ":"
     if next_char in ("(", "[") or _DOTTED.fullmatch(value):
         return True  # get_token(), os.environ["X"], self.token, options.oauth2_secret
+    if file_line:
+        # A value in .env, .ini, "PASSWD: x" is a string whatever it looks like (Summer, hunter_two), where
+        # in code the same word would be a variable or a type; only a constant it names stays (API_KEY = X_KEY).
+        return sep != "=" and value.isupper() and _SNAKE.fullmatch(value) is not None
     if colon and not sep[-1:].isspace() and (next_char == "}" or _IDENTIFIER.fullmatch(value)):
         return True  # f"{token:05d}", passwd:gid
     if not _IDENTIFIER.fullmatch(value):
@@ -158,6 +165,22 @@ def _keep_value(name: str, value: str, sep: str, after: str, quoted: bool, confi
     )
 
 
+def _file_line(line_prefix: str, name: str, sep: str, line_rest: str) -> bool:
+    """True if NAME and its value make a whole line of a key=value file (.env, .ini, .properties, YAML).
+
+    Code writes names that way too, indented (kwargs, class fields such as
+    ``DB_PASSWORD: SecretStr``) or with spaces (``token = Token``), so only
+    an unindented line counts: ``name=value`` with no spaces, or an upper-case
+    NAME with ``: value`` or `` = value``; and the value ends the line (a
+    ``#`` comment may follow).
+    """
+    if not (line_prefix in ("", "export ") or line_prefix.lstrip(" \t") == "- "):  # "- KEY=v" in compose
+        return False
+    if line_rest and not line_rest.startswith("#"):
+        return False
+    return sep == "=" or (name == name.upper() and sep.strip(" \t") in (":", "=") and sep[-1:] in (" ", "\t"))
+
+
 def _assign(m: re.Match[str], text: str) -> str | None:
     """Replacement for one _ASSIGN match (found in the lower-cased text), or None to keep it."""
 
@@ -173,7 +196,10 @@ def _assign(m: re.Match[str], text: str) -> str | None:
     name = text[start : m.end("rest")]
     if not is_secret_name(name) and not (name.lower() == "pwd" and orig("sep") in ("=", ":")):
         return None  # a bare Pwd only as ODBC writes it, with = and no spaces ("pwd: the directory" is prose)
-    line_prefix = text[text.rfind("\n", max(0, start - 200), start) + 1 : start]
+    # At most 200 characters back: with no newline there, a slice from the text's start would make one long
+    # line of many assignments quadratic.
+    window = max(0, start - 200)
+    line_prefix = text[(text.rfind("\n", window, start) + 1) or window : start]
     config_line = line_prefix.strip(" \t-*>{,([\"'") in ("", "export")
     sep = orig("sep")
     head = text[m.start() : m.end("sep")]
@@ -195,7 +221,9 @@ def _assign(m: re.Match[str], text: str) -> str | None:
     value = orig("uv")
     if flag and value.startswith("-"):
         return None  # `--token --verbose`: the next flag, not a value
-    if _keep_value(name, value, sep, text[m.end() : m.end() + 2], False, config_line):
+    line_rest = text[m.end() : m.end() + 256].partition("\n")[0].strip()
+    file_line = not flag and _file_line(line_prefix, name, sep, line_rest)
+    if _keep_value(name, value, sep, text[m.end() : m.end() + 2], False, config_line, file_line):
         return None
     return head + text[m.end("sep") : m.start("uv")] + REDACTED
 

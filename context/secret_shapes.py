@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from typing import Callable
 
-from context.secret_words import REDACTED, URL_PLACEHOLDERS, is_given, splice
+from context.secret_words import REDACTED, URL_PLACEHOLDERS, is_given, long_runs, splice
 
 # PEM private keys, the whole block. The body is matched line by line (base64
 # runs and "Proc-Type:" headers, also inside JSON strings with literal "\n") so
@@ -71,22 +71,31 @@ _DISCORD_HOOK = re.compile(r"discord(?:app)?\.com/api/webhooks/\d{5,30}+/(?P<s>[
 # Sentry DSNs: the project key is the user of the URL, with no password (which _URL_CREDS needs).
 _SENTRY_DSN = re.compile(r"://(?P<s>[0-9a-f]{32})(?::[0-9a-f]{32})?@")
 _AZURE_SAS = re.compile(r"sig=(?<=[?&]sig=)(?P<s>[A-Za-z0-9%+/=]{20,}+)")
-# ~/.netrc: "machine HOST login USER password PASS", on one line or several
-# (login required: "machine learning password is" is prose).
+# ~/.netrc: "machine HOST login USER password PASS", its tokens in any order, on one line or several,
+# "passwd" for "password" too. An entry with no login before its password counts only where "machine"
+# starts the line (_netrc): "for the machine and password tokens" is prose.
 _NETRC = re.compile(
-    r"machine[ \t]++\S++\s++login[ \t]++\S++(?:\s++(?:account|port)[ \t]++\S++)?+\s++password[ \t]++"
+    r"machine(?<![\w-]machine)[ \t]++\S++(?:\s++(?:login|account|port)[ \t]++\S++){0,3}+\s++passw(?:or)?d[ \t]++"
     r"(?P<s>[^\s\"'`]++)"
 )
+_NETRC_LOGIN = re.compile(r"\slogin[ \t]")
+# ~/.pgpass: "HOST:PORT:DATABASE:USER:PASSWORD", a line each, any field "*", a ":" or "\" in a field escaped
+# with "\". Anchored on ":PORT:" (`re` scans for the colon fast); the host before it and the end of the line
+# after the password are checked in _pgpass, so clock times and MAC addresses (no host) stay.
+_PGPASS_FIELD = r"(?:[^\s:\\]|\\.){1,256}+"
+_PGPASS = re.compile(
+    rf":(?:\d{{1,5}}+|\*):{_PGPASS_FIELD}:{_PGPASS_FIELD}:(?P<s>(?:[^\s:\\\"'`]|\\.){{1,256}}+)"
+)
+_HOST_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_*")
 
 # A bare AWS secret access key is 40 characters of this alphabet with nothing
 # around it to anchor a regex, and a regex trying every word boundary of a
 # 50 MB text is slow, so _redact_aws_secrets maps the text to bytes in which
-# every character of the alphabet is "a" and anything else " ", and a regex
-# starting with 40 literal "a"s (a fast substring search in C) finds the runs
-# of 40 or more. Each is judged by looks_like_aws_secret.
+# every character of the alphabet is "a" and anything else " ", and a search
+# for 40 "a"s (a fast substring search in C) finds the runs of 40 or more.
+# Each is judged by looks_like_aws_secret.
 _KEY_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/+")
 _KEY_CHARS = bytes(ord("a") if chr(i) in _KEY_ALPHABET else ord(" ") for i in range(256))
-_KEY_RUNS = re.compile(rb"a" * 40 + rb"a*+")  # a literal prefix: `re` searches for it in C
 
 
 def _whole(_: re.Match[str]) -> str:
@@ -99,6 +108,33 @@ def _group(m: re.Match[str]) -> str:
         return m.group(0)
     start, end = m.start("s") - m.start(), m.end("s") - m.start()
     return m.group(0)[:start] + REDACTED + m.group(0)[end:]
+
+
+def _netrc(m: re.Match[str]) -> str:
+    if not _NETRC_LOGIN.search(m.group(0)):
+        # No login: an entry only if "machine" starts its line, looked for at most 256 characters back (back
+        # to the text's start, many entries on one long line would make this quadratic).
+        text = m.string
+        window = max(0, m.start() - 256)
+        newline = text.rfind("\n", window, m.start())
+        if (newline < 0 and window > 0) or text[newline + 1 : m.start()].strip(" \t\"'`"):
+            return m.group(0)  # "machine" mid-line: a word of prose
+    return _group(m)
+
+
+def _pgpass(m: re.Match[str]) -> str:
+    text = m.string
+    host = m.start()
+    while host > 0 and m.start() - host < 256 and text[host - 1] in _HOST_CHARS:
+        host -= 1
+    name = text[host : m.start()]
+    if (
+        not any(c.isalpha() or c in ".*" for c in name)  # "10:00:01:02:03", "00:11:22:33:44:55": no host
+        or text[host - 1 : host] not in ("", "\n", "\r", " ", "\t", '"', "'", "`")  # a field of something longer
+        or text[m.end() : m.end() + 1] not in ("", "\n", "\r", '"', "'", "`")  # the line goes on: not .pgpass
+    ):
+        return m.group(0)
+    return _group(m)
 
 
 def _hugging_face(m: re.Match[str]) -> str:
@@ -157,8 +193,7 @@ def _redact_aws_secrets(text: str) -> str:
     # encode("ascii", "replace") turns each other code point into one "?", so offsets stay valid.
     marks = text.encode("ascii", "replace").translate(_KEY_CHARS)
     spans: list[tuple[int, int, str]] = []
-    for run in _KEY_RUNS.finditer(marks):
-        start, end = run.span()
+    for start, end in long_runs(marks, 40):
         if end - start > 41:
             continue  # base64 blobs and the like
         if end - start == 41 and text[start - 1 : start] == "\\" and text[start] in "nrt":
@@ -173,7 +208,6 @@ def _redact_aws_secrets(text: str) -> str:
     return splice(text, spans) if spans else text
 
 
-
 def _url(m: re.Match[str]) -> str:
     pw = m.group("pw")
     if pw.startswith(("<", "$", "{", "%", "[")) or pw.lower() in URL_PLACEHOLDERS:
@@ -183,9 +217,16 @@ def _url(m: re.Match[str]) -> str:
 
 _GLUED = re.compile(r"<REDACTED>(?:(?<=[\w.-]<REDACTED>)|(?=[\w.-]))")
 
-SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
-    (_PEM, _whole),
-    (_URL_CREDS, _url),
+
+def glued_to_redaction(text: str) -> bool:
+    """True if a replacement in ``text`` touches a token character: what it was glued to may stand alone now."""
+    return _GLUED.search(text) is not None
+
+
+# Keys that are one token known by its issuer's prefix. They are also looked for written backwards
+# (context.secret_disguises), where a run of token characters ends with one of TOKEN_PREFIXES reversed:
+# keep the two lists in step.
+TOKENS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (_SK, _sk),
     (_GITHUB, _whole),
     (_SLACK, _whole),
@@ -211,11 +252,25 @@ SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (_AGE, _whole),
     (_GOOGLE_OAUTH, _whole),
     (_GOOGLE_ACCESS, _whole),
+)
+TOKEN_PREFIXES = (
+    "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-",
+    "AKIA", "ASIA", "eyJ", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "AIza", "glpat-", "npm_",
+    "pypi-AgEIcHlwaS5vcmc", "xapp-", "SG.", "hf_", "whsec_", "shpat_", "shpss_", "shpca_", "shppa_", "dop_v1_",
+    "doo_v1_", "dor_v1_", "dapi", "PMAK-", "glsa_", "glc_", "lin_api_", "hvs.", "hvb.", "AGE-SECRET-KEY-1",
+    "GOCSPX-", "ya29.",
+)
+
+SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (_PEM, _whole),
+    (_URL_CREDS, _url),
+    *TOKENS,
     (_SLACK_HOOK, _group),
     (_DISCORD_HOOK, _group),
     (_SENTRY_DSN, _group),
     (_AZURE_SAS, _group),
-    (_NETRC, _group),
+    (_NETRC, _netrc),
+    (_PGPASS, _pgpass),
 )
 
 
@@ -228,7 +283,21 @@ def redact_shapes(text: str) -> str:
             if new != text:  # a match kept as it was still makes a new object: keep the old one
                 text = new
         # A token glued to one replaced after it ("AIza...pypi-...") only stands alone now.
-        if text is before or not _GLUED.search(text):
+        if text is before or not glued_to_redaction(text):
             break
     # After the named shapes, so a key id or token found above is not judged again.
     return _redact_aws_secrets(text)
+
+
+def token_spans(text: str) -> list[tuple[int, int]]:
+    """Where the TOKENS are in ``text`` (a run of token characters turned round), in one round.
+
+    Each key found is masked with as many NULs, not replaced, so that offsets
+    stay those of ``text``, and no later shape matches across it.
+    """
+    for pattern, judge in TOKENS:
+        text = pattern.sub(lambda m: "\0" * len(m.group(0)) if judge(m) == REDACTED else m.group(0), text)
+    return [m.span() for m in _MASKED.finditer(text)]
+
+
+_MASKED = re.compile("\0+")

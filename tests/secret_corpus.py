@@ -72,6 +72,13 @@ def _pem(kind: str, body_lines: int = 2) -> str:
     return f"-----BEGIN {kind}-----\n{body}\n-----END {kind}-----"
 
 
+ANTHROPIC_KEY = "sk-ant-api03-Zq8wX3vN5mK2pL9rT4yB7cF1hJ6dS0gA-_eU8iO3"
+
+
+def _b64(text: str, urlsafe: bool = False) -> str:
+    return (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(text.encode()).decode()
+
+
 EC_PEM = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg4LVWM9nuwNSk3yByxZpYRTBnVJk5oJBq5h\n-----END EC PRIVATE KEY-----"
 PKCS8_PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"
 PGP_PEM = _pem("PGP PRIVATE KEY BLOCK", 3)
@@ -148,8 +155,7 @@ POSITIVES: list[Secret] = [
     Secret("openssh private key in a cat", f"$ cat ~/.ssh/id_ed25519\n{OPENSSH_PEM}\n$ ", OPENSSH_PEM),
     Secret("pgp private key block", f"gpg --export-secret-keys -a bob\n{PGP_PEM}", PGP_PEM),
     # Anthropic and OpenAI
-    Secret("anthropic key", "ANTHROPIC sk-ant-api03-Zq8wX3vN5mK2pL9rT4yB7cF1hJ6dS0gA-_eU8iO3 live",
-           "sk-ant-api03-Zq8wX3vN5mK2pL9rT4yB7cF1hJ6dS0gA-_eU8iO3"),
+    Secret("anthropic key", f"ANTHROPIC {ANTHROPIC_KEY} live", ANTHROPIC_KEY),
     _in("anthropic admin key", "admin {S}", f"sk-ant-admin01-{fake(80, URLSAFE, 2)}"),
     _in("openai project key", "{S}", "sk-proj-9fK2mXq8Lw3vN7pR4tY1bC6hJ0dS5gAe"),
     Secret("openai key", "openai key sk-3Tq9ZxW2mP8vL5nK1rB7cY4hJ6dF0gSa", "sk-3Tq9ZxW2mP8vL5nK1rB7cY4hJ6dF0gSa"),
@@ -211,6 +217,21 @@ POSITIVES: list[Secret] = [
     Secret("tfvars", f'db_password = "{FAKE_PW}"\nregion = "eu-west-1"', FAKE_PW),
     Secret("json log line", f'{{"level":"info","msg":"login","user":"bob","password":"{FAKE_PW}"}}', FAKE_PW),
     Secret("dotenv client secret", f"AZURE_CLIENT_SECRET={fake(40, ALNUM + '~._-', 2)}\n", fake(40, ALNUM + "~._-", 2)),
+    # Key=value files, netrc and .pgpass, where a word is a literal
+    Secret("dotenv word password", "DB_HOST=db\ndb_password=Summertime\n", "Summertime"),
+    Secret("properties upper-case name", "SMTP_HOST: mail.example.com\nSMTP_PASSWD: CorrectHorse\n", "CorrectHorse"),
+    Secret("netrc passwd", f"machine ftp.example.com login bob passwd {FAKE_PW}", FAKE_PW),
+    Secret("netrc without login", f"machine api.example.com\n  password {FAKE_PW}\n", FAKE_PW),
+    Secret("pgpass line", f"$ cat ~/.pgpass\ndb.internal:5432:shop:app:{FAKE_PW}\n", FAKE_PW),
+    # Encoded and reversed: undone with one command, so still secrets
+    _in("base64 anthropic key in a configmap", "kind: ConfigMap\ndata:\n  blob: {S}\n", _b64(ANTHROPIC_KEY)),
+    _in("urlsafe base64 redis url in a log", "2026-11-25 INFO cache={S} connected",
+        _b64(f"redis://:{FAKE_PW}@cache:6379/0", urlsafe=True)),
+    _in("base64 env file with a password", "echo {S} | base64 -d > .env", _b64(f"DB_HOST=db\nDB_PASSWORD={FAKE_PW}\n")),
+    _in("hex aws key id", "payload (hex): {S}", "AKIAIOSFODNN7EXAMPLE".encode().hex()),
+    _in("upper-case hex github token", "0x{S}", f"ghs_{fake(36, ALNUM, 2)}".encode().hex().upper()),
+    _in("reversed anthropic key", "note to self: {S}", ANTHROPIC_KEY[::-1]),
+    _in("reversed github token in json", '{{"k": "{S}"}}', f"ghp_{fake(36, ALNUM, 4)}"[::-1]),
 ]
 
 # --- the look-alikes -------------------------------------------------------
@@ -343,6 +364,30 @@ NEGATIVES: list[tuple[str, str]] = [
     ("live/test words", "mask_live_preview and desk_test_runner are functions"),
     ("aiza words", "AIza is how Google keys start"),
     ("prefix words", "SG. is how SendGrid keys start, hf_ is Hugging Face, hvs. is Vault, dapi a Databricks token"),
+    # encodings of what holds no secret, and what looks encoded
+    ("base64 of prose", _b64("The quick brown fox jumps over the lazy dog. Nothing to hide here.")),
+    ("base64 of a json config", '{"config": "' + _b64('{"scenario": "refund_desk", "max_tokens": 4000}') + '"}'),
+    ("base64 of prose about passwords", "echo " + _b64("Please reset your password in settings.") + " | base64 -d"),
+    ("urlsafe base64 of a url", "next=" + _b64("https://example.com/docs?page=2&q=token+limits", urlsafe=True)),
+    ("hex of text", "hexdump: " + b"Hello, world! This is plain text.".hex()),
+    ("upper-case hex of text", b"max_tokens=4000 for every step".hex().upper()),
+    ("sha256sum output", "\n".join(f"{hashlib.sha256(n.encode()).hexdigest()}  {n}" for n in ("tools.py", "a.json"))),
+    ("sha512 digest", "sha512-" + hashlib.sha512(b"pkg").hexdigest()),
+    ("hex bytes of a binary", hashlib.sha256(b"x").digest().hex() + hashlib.md5(b"y").digest().hex()),
+    ("git ids in a log line", "Merge 3f786850e387 into a94a8fe5ccb19ba61c4c0873d391e987982fbbd3 (9b2c1e0a)"),
+    ("base64 words", "AbCdEfGhIjKlMnOpQrStUvWxYz base64url TWFueSBoYW5kcyBtYWtl"),
+    # words turned round
+    ("reversed words", "drowssap nekot terces yek-ipa laitnederc tsoh_ksed_gnitset"),
+    ("reversed sentence", "The password is never logged; tokens are counted, not stored."[::-1]),
+    ("reversed identifiers", "snekot_xam tnuoc_nekot ks-nrael-tikics AIKA ASIA azIA"),
+    # netrc, .pgpass and key=value look-alikes
+    ("netrc in prose", "Put the login and password for each machine in ~/.netrc; curl reads it with --netrc."),
+    ("netrc placeholders", "machine api.example.com login $USER password $PASS"),
+    ("host port db tuples", "connect to db.internal:5432:shop as app; replicas localhost:5433:postgres"),
+    ("pgpass format line", "hostname:port:database:username:password\n*:5432:*:app:*"),
+    ("clock and mac", "10:00:01:02:03 eth0 00:1a:2b:3c:4d:5e"),
+    ("code assignments", "token = Token\nsecret = Secret\n    password=password_var\nAPI_KEY = ANTHROPIC_API_KEY"),
+    ("settings class", "class Settings(BaseSettings):\n    DB_PASSWORD: SecretStr\n    API_KEY: str\n"),
 ]
 
 

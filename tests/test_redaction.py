@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -248,6 +249,155 @@ def test_redact_message_rewrites_every_block_kind_but_thinking() -> None:
     assert first.tokens != 0 and first.text == f"password={R}"
 
 
+# --- disguised secrets: encoded, reversed, split across values (issue 30) ----
+
+# Each is a secret, or a line holding one, that the plain rules catch; encoded or reversed it must still go.
+DISGUISED = {
+    "anthropic key": ANTHROPIC,
+    "openai key": OPENAI,
+    "aws key id": AWS_ID,
+    "aws secret line": f"aws_secret_access_key = {AWS_SECRET}",
+    "github token": GHP,
+    "github pat": GH_PAT,
+    "redis url": "redis://:p4ssw0rd@cache.internal:6379/0",
+    "password line": "password=hunter2",
+    "dotenv holding a key": f"# .env\nDEBUG=1\nANTHROPIC_API_KEY={ANTHROPIC}\nREGION=eu-west-1\n",
+}
+ENCODINGS = {
+    "base64": lambda s: base64.b64encode(s.encode()).decode(),
+    "urlsafe base64": lambda s: base64.urlsafe_b64encode(s.encode()).decode(),
+    "unpadded urlsafe base64": lambda s: base64.urlsafe_b64encode(s.encode()).decode().rstrip("="),
+    "hex": lambda s: s.encode().hex(),
+    "HEX": lambda s: s.encode().hex().upper(),
+}
+# Whole, and embedded: in a command, a JSON string, after an escaped newline, glued to a name.
+PLACES = ["{}", "echo {} | base64 -d", '{{"blob": "{}"}}', "line one\\n{}\\nline two", "cfg_{} ok"]
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("secret", DISGUISED)
+def test_encoded_secrets_are_redacted(secret: str, encoding: str, place: str) -> None:
+    blob = ENCODINGS[encoding](DISGUISED[secret])
+    assert redact(place.format(blob)) == place.format(R)
+
+
+REVERSIBLE = {
+    "anthropic": ANTHROPIC, "openai": OPENAI, "openai project": OPENAI_PROJ, "github": GHP, "github pat": GH_PAT,
+    "slack": SLACK, "aws key id": AWS_ID, "jwt": JWT, "google": "AIzaSyBn7Ck1_Xq4mZ8pL2vT9wR6yU3sE0aD5fG",
+    "gitlab": "glpat-xK9mP2vQ8rT4wZ7yB3nC", "stripe": "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+}
+
+
+@pytest.mark.parametrize("place", ["{}", "key: {} end", "reversed, it reads {}.", '{{"k": "{}"}}'])
+@pytest.mark.parametrize("key", REVERSIBLE)
+def test_reversed_keys_are_redacted(key: str, place: str) -> None:
+    assert redact(place.format(REVERSIBLE[key][::-1])) == place.format(R)
+
+
+def test_a_run_holding_an_encoded_and_a_reversed_key_loses_both_at_once() -> None:
+    # Found by test_redact_is_idempotent: one run of token characters, a key in hex glued to one turned round.
+    # Both go in the first call, so the second finds nothing more.
+    hexed, backwards = ANTHROPIC.encode().hex(), ANTHROPIC[::-1]
+    once = redact(hexed + AWS_SECRET + backwards)
+    assert hexed not in once and backwards not in once and once.count(R) == 2
+    assert redact(once) == once
+
+
+def test_a_key_split_across_list_items_is_redacted_in_every_piece() -> None:
+    head, tail = ANTHROPIC[:17], ANTHROPIC[17:]  # "sk-ant-api03-AbCd": too short to be a key alone
+    assert redact(head) == head and redact(tail) == tail
+    assert redact_value([head, tail]) == [R, R]
+    assert redact_value((head, tail)) == (R, R)
+    assert redact_value([ANTHROPIC[:8], ANTHROPIC[8:20], ANTHROPIC[20:]]) == [R, R, R]
+    # pieces around it are kept, and so is the text before and after it inside a piece
+    assert redact_value(["hello", head, tail, " world"]) == ["hello", R, R, " world"]
+    assert redact_value([f"key: {head}", f"{tail} and more"]) == [f"key: {R}", f"{R} and more"]
+    assert redact_value(["AKIAIOSF", "ODNN7EXAMPLE"]) == [R, R]
+    assert redact_value({"args": [GHP[:10], GHP[10:25], GHP[25:]], "n": 3}) == {"args": [R, R, R], "n": 3}
+    out = redact_value([head, tail])
+    assert redact_value(out) == out
+
+
+def test_a_key_split_across_the_values_of_a_dict_is_redacted_in_every_piece() -> None:
+    head, tail = ANTHROPIC[:17], ANTHROPIC[17:]
+    assert redact_value({"a": head, "b": tail}) == {"a": R, "b": R}
+    assert redact_value({"name": "deploy", "k1": head, "count": 2, "k2": tail}) == {
+        "name": "deploy", "k1": R, "count": 2, "k2": R}
+    assert redact_value({"x": OPENAI[:12], "y": OPENAI[12:30], "z": OPENAI[30:]}) == {"x": R, "y": R, "z": R}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["git", "commit", "-m", "fix the checker"],
+        ["3f786850e387550fdab836ed7e6dc881de23001b", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b"],
+        ["123e4567-e89b-12d3-a456-426614174000", "9b2c1e0a-7d3f-4c5b-8a6e-1f2d3c4b5a69"],
+        {"first": "max", "second": "_tokens", "third": "=4000"},
+        ["sk-", "learn"],
+        ["AKIA", " is a prefix, ", "ASIA", " a continent"],
+        ["pass", "word", " is required"],
+        {"paths": ["tools/checkers/", "refund_policy_check.py"], "ids": ("toolu_01A09q90qw90lq9", "17835lq9X")},
+    ],
+    ids=["argv", "hashes", "uuids", "words", "sk- word", "prefix words", "password prose", "paths and ids"],
+)
+def test_values_whose_pieces_join_to_nothing_secret_are_untouched(value: object) -> None:
+    assert redact_value(value) is value
+
+
+# netrc (any order of its tokens, one line or several, passwd too), .pgpass lines, and key=value files
+# whose values would pass for code elsewhere.
+FILES = [
+    ("machine h login u passwd hunter2", f"machine h login u passwd {R}"),
+    ("machine api.example.com password Hunter2x", f"machine api.example.com password {R}"),
+    ("machine h password hunter2 login u", f"machine h password {R} login u"),
+    ("machine h account a login u password Summer", f"machine h account a login u password {R}"),
+    ("machine git.example.com\n\tpassword CorrectHorse\n\tlogin bob\n",
+     f"machine git.example.com\n\tpassword {R}\n\tlogin bob\n"),
+    ("$ cat ~/.netrc\nmachine a.example.com login bob passwd s3cret\nmachine b login al password Winter\n",
+     f"$ cat ~/.netrc\nmachine a.example.com login bob passwd {R}\nmachine b login al password {R}\n"),
+    ("db.example.com:5432:shop:app:Zx81kq", f"db.example.com:5432:shop:app:{R}"),
+    ("*:*:*:replicator:hunter", f"*:*:*:replicator:{R}"),
+    ("$ cat ~/.pgpass\nlocalhost:5432:*:postgres:Summer\n10.0.0.5:6432:app:app:p\\:w\n",
+     f"$ cat ~/.pgpass\nlocalhost:5432:*:postgres:{R}\n10.0.0.5:6432:app:app:{R}\n"),
+    ('echo "db:5432:shop:app:Zx81kq" > ~/.pgpass', f'echo "db:5432:shop:app:{R}" > ~/.pgpass'),
+    ("db_password=Summer", f"db_password={R}"),
+    ("db_password=hunter_two\n", f"db_password={R}\n"),
+    ("export DB_PASSWORD=CorrectHorse", f"export DB_PASSWORD={R}"),
+    ("PASSWD: Summer", f"PASSWD: {R}"),
+    ("SMTP_PASSWORD: CorrectHorse\nSMTP_HOST: mail\n", f"SMTP_PASSWORD: {R}\nSMTP_HOST: mail\n"),
+    ("[db]\nuser=app\npassword=Winter\n", f"[db]\nuser=app\npassword={R}\n"),
+    ("DB_PASSWORD = Winter  # prod", f"DB_PASSWORD = {R}  # prod"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FILES)
+def test_netrc_pgpass_and_key_value_files(text: str, expected: str) -> None:
+    assert redact(text) == expected
+    assert redact(expected) == expected
+
+
+FILE_LOOK_ALIKES = [
+    "the password is in ~/.netrc, next to the login; see `man netrc` for the machine and password tokens",
+    "machine learning password is stored in the vault",
+    "localhost:5432:postgres",
+    "db:5432:shop:app:",
+    "*:*:*:*:*",
+    "00:11:22:33:44:55",
+    "2026-11-25 10:00:01:02:03 started",
+    "password=password\ntoken = Token\nsecret = Secret\n",
+    "    password=password_var\n)",
+    "API_KEY = ANTHROPIC_API_KEY\nDB_PASSWORD = settings.DB_PASSWORD\nTOKEN = get_token()\n",
+    "PASSWD: the one you chose at signup",
+    "db_password=${DB_PASSWORD}\nPASSWORD=<your-password>\n",
+]
+
+
+@pytest.mark.parametrize("text", FILE_LOOK_ALIKES)
+def test_file_look_alikes_are_untouched(text: str) -> None:
+    assert redact(text) is text
+
+
 @pytest.mark.slow  # a 50 MB payload
 def test_fifty_megabytes() -> None:
     # Mostly clean text full of look-alikes, with a few secrets at known places.
@@ -291,6 +441,10 @@ FRAGMENTS = [text for text, _ in SECRETS] + NEAR_MISSES + [
     "password for the vpn", " is ", ": ", "AccountKey=", "Pwd=", "PWD=/work", "DOCKER_CREDS=", ";",
     "https://hooks.slack.com/services/T0ABCDEF12/B0ABCDEF34/abcdEFGHijklMNOP1234", "://0123456789abcdef0123456789abcdef@",
     "machine h login u password ", "sig=", "?", "hf_abcdEFGHijklMNOPqrstUVWXyzABCDefgh",
+    # the disguised-secret rules: encoded and reversed keys, netrc, .pgpass and key=value lines
+    base64.b64encode(ANTHROPIC.encode()).decode(), ANTHROPIC.encode().hex(), ANTHROPIC[::-1], GHP[::-1],
+    base64.b64encode(b"password=hunter2").decode(), "cGFzc3dvcmQ9", "==", "machine h password ", "passwd ",
+    "db:5432:shop:app:", "localhost:", ":5432:", "db_password=", "PASSWD: ", "Summer", "-ks", "AIKA",
 ]
 
 

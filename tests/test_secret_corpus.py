@@ -6,6 +6,7 @@ raised with ``pytest.fail``, so assertion rewriting has no value to print.
 
 from __future__ import annotations
 
+import base64
 import random
 import string
 
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context.redaction import REDACTED, redact
+from context.secret_disguises import MAX_CLEAN_DECODES, MAX_DECODED_BYTES, MAX_ENCODED_CHARS, redact_disguised
 from tests.secret_corpus import NEGATIVES, POSITIVES, Secret, exactly_redacted, masked, score
 
 MIN_SECRETS, MIN_LOOK_ALIKES, MIN_RECALL = 60, 40, 0.98
@@ -99,6 +101,15 @@ PATHOLOGICAL = [
     "curl -u " * 120_000,
     "hooks.slack.com/services/T" + "A" * 1_000_000,
     "my password for " + "word " * 200_000,
+    # the disguise rules: one stretch of base64 or hex of text a megabyte long, runs that all end like a key
+    # written backwards, .pgpass-like lines with no host, netrc entries on one line with no newline in sight
+    "QUFB" * 250_000,
+    "41" * 500_000,
+    "-ks" * 333_333,
+    ("x" * 19 + "AIKA ") * 40_000,
+    "1:5432:a:b:c\n" * 80_000,
+    "machine h password x " * 50_000,
+    "password=abc1 " * 70_000,
 ]
 
 
@@ -106,3 +117,35 @@ PATHOLOGICAL = [
 def test_pathological_input_finishes(text: str) -> None:
     out = redact(text)
     assert redact(out) == out
+
+
+def test_decoding_is_bounded_per_call() -> None:
+    # Thousands of base64 stretches of clean text: one call decodes and judges at most MAX_CLEAN_DECODES of them,
+    # MAX_DECODED_BYTES in all, and the rest of the text is not decoded at all.
+    judged: list[int] = []
+
+    def plain(text: str) -> str:
+        judged.append(len(text))
+        return redact(text)
+
+    blobs = [base64.b64encode(f"line {i}: nothing to see in this one".encode()).decode() for i in range(5000)]
+    text = " ".join(blobs) + " " + base64.b64encode(b"x" * 100_000).decode()
+    assert redact_disguised(text, plain) is text
+    assert 0 < len(judged) <= MAX_CLEAN_DECODES and sum(judged) <= MAX_DECODED_BYTES
+    # One long stretch is decoded only up to MAX_ENCODED_CHARS.
+    judged.clear()
+    redact_disguised(base64.b64encode(b"plain text, " * 50_000).decode(), plain)
+    assert judged == [MAX_ENCODED_CHARS * 3 // 4]
+
+
+def test_encoded_secrets_do_not_spend_the_budget() -> None:
+    # Only stretches that hold no secret count, so encoded secrets go however many there are, and a second
+    # call, meeting the same clean stretches in the same order, stops where the first did and changes nothing.
+    secrets = [base64.b64encode(f"password=Hunter{i}x".encode()).decode() for i in range(3 * MAX_CLEAN_DECODES)]
+    clean = [base64.b64encode(f"line {i}: nothing to see".encode()).decode() for i in range(2 * MAX_CLEAN_DECODES)]
+    text = " ".join(clean[: MAX_CLEAN_DECODES - 1] + secrets)
+    out = redact(text)
+    assert out.count(REDACTED) == len(secrets) and not any(s in out for s in secrets)
+    assert redact(out) == out
+    once = redact(" ".join(clean + secrets))  # the budget spent before the secrets: both calls stop there
+    assert redact(once) == once
