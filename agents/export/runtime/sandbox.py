@@ -294,10 +294,13 @@ class _Reader(threading.Thread):
 
     def run(self) -> None:
         fd = self.stream.fileno()
-        while chunk := os.read(fd, 1 << 16):
-            room = self.limit - len(self.kept)
-            self.kept += chunk[:max(room, 0)]
-            self.over = self.over or len(chunk) > room
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                room = self.limit - len(self.kept)
+                self.kept += chunk[:max(room, 0)]
+                self.over = self.over or len(chunk) > room
+        finally:  # closed here, not by the waiter: a number closed under a blocked read could be reused
+            self.stream.close()
 
 
 def _feed(stream: IO[bytes], data: bytes | None) -> None:
@@ -329,9 +332,7 @@ def _finish(proc: subprocess.Popen[bytes], data: bytes | None, timeout: float | 
         pass
     returncode = proc.wait()
     for thread in (feeder, *readers):
-        thread.join(timeout=2)  # something that left the group may hold a pipe open
-    for stream in (proc.stdout, proc.stderr):
-        stream.close()
+        thread.join(timeout=2)  # something that left the group (unconfined only) may hold a pipe open
     return returncode, bytes(readers[0].kept), bytes(readers[1].kept), any(r.over for r in readers), timed_out
 
 

@@ -85,9 +85,13 @@ def call_result(scenario: Scenario, tool: str, ran: Ran) -> CallResult:
     if ran.result is None:
         return CallResult(None, None, f"tool {tool} {_problem(scenario, ran)}")
     error = ran.result.get("error")
-    if error:
+    if isinstance(error, dict):
         return CallResult(None, None, _for_the_model(tool, error) + _filled(ran))
-    return CallResult(ran.result["outputs"][0], ran.result["final_data"])
+    outputs, final = ran.result.get("outputs"), ran.result.get("final_data")
+    if error or not (isinstance(outputs, list) and outputs and isinstance(final, dict)):
+        # The result file lies in the sandbox with the call's code: what it holds is read as untrusted.
+        return CallResult(None, None, f"tool {tool} left a result without its output and data")
+    return CallResult(outputs[0], final)
 
 
 def call_tool(scenario: Scenario, tool: str, args: dict[str, Any], data: dict[str, Any]) -> CallResult:
@@ -97,7 +101,7 @@ def call_tool(scenario: Scenario, tool: str, args: dict[str, Any], data: dict[st
 
 def _for_the_model(tool: str, error: dict[str, Any]) -> str:
     """child_main's message speaks of a sample's "action 0"; the model made a call."""
-    message = error["message"]
+    message = str(error.get("message", ""))
     if error.get("kind") == "unknown_tool":
         return f"there is no tool {tool!r}; the tools are: {message.rsplit('tools: ', 1)[-1]}"
     if error.get("kind") == "bad_args":
@@ -126,13 +130,13 @@ def judgement(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, 
     differences = [f"the final data differs from the expected actions' effects at {d}" for d in effects]
     differences += state_differences(sample.get("expected_state", {}), final_data)
     verdicts = ran.result or {}
-    checkers = verdicts.get("checkers", [])
+    checkers = _dicts(verdicts.get("checkers"))
     rejections = [_rejection(c) for c in checkers if c.get("passed") is not True]
-    rejections += [f"checker module {e['module']} failed to import: {e['exception']}"
-                   for e in verdicts.get("checker_errors", [])]
+    rejections += [f"checker module {e.get('module')} failed to import: {e.get('exception')}"
+                   for e in _dicts(verdicts.get("checker_errors"))]
     if ran.result is None:  # the replay ended, so it was the checkers that the limit or a crash stopped
         rejections.append(f"the checkers {_problem(scenario, ran)}")
-    elif verdicts.get("error"):  # out of memory: the checker named and those after it gave no verdict
+    elif isinstance(verdicts.get("error"), dict):  # out of memory: the checker named and those after it gave none
         error = verdicts["error"]
         where = f" in checker {error['checker']}" if error.get("checker") else ""
         rejections.append(f"the checkers stopped{where}: {error.get('message')}")
@@ -155,19 +159,25 @@ def _reference_data(scenario: Scenario, sample: dict[str, Any], ran: Ran) -> dic
     if reference is None:  # the replay's process left no result: its exit status, or the whole child's
         returncode = (ran.result or {}).get("reference_returncode", ran.done.returncode)
         why = _problem(scenario, ran, returncode)
-    elif reference.get("error") or "final_data" not in reference:
-        why = (reference.get("error") or {}).get("message", "no final data")
+    elif reference.get("error") or not isinstance(reference.get("final_data"), dict):
+        error = reference.get("error")
+        why = str(error.get("message", "no final data")) if isinstance(error, dict) else "no final data"
     else:
         return reference["final_data"]
     raise RuntimeError(f"replaying sample {sample['id']}'s expected actions failed ({why}): the export is broken")
 
 
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The dicts of a list read from a result file (the file is untrusted: anything else is dropped)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _rejection(verdict: dict[str, Any]) -> str:
     if verdict.get("error") == "design_issue":
-        return f"checker {verdict['checker']} found a design issue: {verdict['reason']}"
+        return f"checker {verdict.get('checker')} found a design issue: {verdict.get('reason')}"
     if verdict.get("error"):
-        return f"checker {verdict['checker']} {verdict['reason']}"
-    return f"checker {verdict['checker']} rejects it: {verdict.get('reason') or '(no reason given)'}"
+        return f"checker {verdict.get('checker')} {verdict.get('reason')}"
+    return f"checker {verdict.get('checker')} rejects it: {verdict.get('reason') or '(no reason given)'}"
 
 
 def _explain(passed: bool, n_calls: int, differences: list[str], rejections: list[str]) -> str:
