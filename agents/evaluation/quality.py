@@ -1,0 +1,69 @@
+"""What the gates that prove a scenario report (docs/proving.md): the ``quality`` part of report.json.
+
+Execute's own evaluation shows that the samples agree with Execute's tools and checkers: consistency. The
+gates then ask whether the scenario measures an agent. Each gate is small and registered by name; each
+returns figures and findings:
+
+- ``floor``: agents that should score 0 (do nothing, refuse everything, act recklessly) do;
+- ``mutation``: trajectories one mistake away from a sample's expected one are rejected by the scorer;
+- ``solver``: a blind solver, seeing only what the model under test sees, solves each sample within k tries;
+- ``coverage``: every business rule is exercised, a refusing rule on both of its sides;
+- ``duplicate``: no two samples are the same task up to renaming of ids and amounts.
+
+A finding is classed as the evaluation's layers are: L1 when the design must change (a rule no sample can
+observe, an ambiguity), L4 when a sample must (a duplicate, an outcome no state records).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GateName = Literal["floor", "mutation", "solver", "coverage", "duplicate"]
+GATES: tuple[GateName, ...] = ("floor", "mutation", "solver", "coverage", "duplicate")
+
+
+class Finding(BaseModel):
+    """One thing a gate caught, in the shape the handoff carries to Init."""
+
+    model_config = ConfigDict(extra="forbid")
+    gate: GateName
+    sample: str | None = None
+    rule: str | None = None
+    class_: Literal["L1", "L4"] = Field(alias="class")
+    detail: str
+
+    def as_json(self) -> dict[str, object]:
+        return self.model_dump(by_alias=True)
+
+
+class SolverFigures(BaseModel):
+    model: str
+    simulated: bool = False  # the simulated model played the solver: say so wherever it is shown
+    k: int
+    pass_hat_k: float  # mean over samples of pass^k
+    solvable_share: float  # share of samples solved at least once in k tries
+    per_sample: dict[str, float] = Field(default_factory=dict)  # sample -> pass rate
+
+
+class Figures(BaseModel):
+    """The numbers of one iteration's gates; a gate that did not run leaves its figure None."""
+
+    floor: dict[str, float] | None = None  # floor agent -> share of samples it passed (target 0)
+    mutation_score: float | None = None  # share of mutants the scorer rejected
+    mutants: int | None = None
+    solver: SolverFigures | None = None
+    coverage: float | None = None  # share of the design's rules some sample exercises
+    rules: list[str] = Field(default_factory=list)  # the rule ids the design names
+    duplicates: int | None = None  # samples that repeat another up to renaming
+    difficulty: dict[str, float] | None = None  # panel model -> pass rate
+
+
+class Quality(BaseModel):
+    """report.json's ``quality``: the figures, the findings, and which gates ran (and why others did not)."""
+
+    figures: Figures = Field(default_factory=Figures)
+    findings: list[Finding] = Field(default_factory=list)
+    ran: list[GateName] = Field(default_factory=list)
+    skipped: dict[str, str] = Field(default_factory=dict)  # gate -> why it did not run
