@@ -10,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MPLCONFIGDIR=/tmp/matplotlib \
     BATON_SCENARIOS_DIR=/app/scenarios
 
-# bubblewrap: the sandbox of code a model wrote, evaluation samples and the Bash tool (agents/sandbox/);
+# bubblewrap: the sandbox of code a model wrote, evaluation samples and the Bash tool (proving/sandbox/);
 # without it evaluation and an enabled Bash refuse to run. It also needs user namespaces and the container
 # options in docker-compose.yml (docs/deployment.md, "The sandbox in a container").
 RUN apt-get update \
@@ -30,6 +30,7 @@ print('\n'.join(p['dependencies'] + p['optional-dependencies']['otel']))" \
 # The project itself (.dockerignore lets in only these folders, without run outputs).
 COPY context ./context
 COPY agents ./agents
+COPY proving ./proving
 COPY scenarios ./scenarios
 COPY workers ./workers
 COPY baton ./baton

@@ -110,7 +110,7 @@ class ToolSettings(BaseModel):
     output_cap_chars: int = Field(30_000, gt=0, le=MAX_CHARS, description="tool output kept per call")
     eval_timeout_s: float = Field(10.0, gt=0, le=MAX_SECONDS, description="time limit per evaluated sample")
     eval_memory_mb: int = Field(512, gt=0, le=MAX_MEMORY_MB, description="memory limit per evaluated sample")
-    # A sample's folder is a tmpfs of this size (agents/sandbox/limits.py EVAL_DISK_MB, docs/evaluation.md):
+    # A sample's folder is a tmpfs of this size (proving/sandbox/limits.py EVAL_DISK_MB, docs/evaluation.md):
     # what it writes past this fails that sample and fills nothing else.
     eval_disk_mb: int = Field(1024, gt=0, le=MAX_MEMORY_MB, description="disk limit per evaluated sample")
 

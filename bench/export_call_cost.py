@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import anyio  # noqa: E402
 
-from agents.export.build import export_inspect  # noqa: E402
+from agents.scenario_facts import scenario_facts  # noqa: E402
 from bench.common import md_table, write_section  # noqa: E402
+from proving.export.build import export_inspect  # noqa: E402
 
 WAYS = ("child only", "baton_bwrap", "unconfined")
 
@@ -85,7 +86,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         export = Path(tmp) / "export"
-        export_inspect(example(Path(tmp)), export)
+        export_inspect(root := example(Path(tmp)), export, scenario_facts(root))
         session, sandbox = runtime(export)
         scenario = session.Scenario.load(export)
         bwrap, why = sandbox.find_bwrap()

@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.evaluation import fork_server  # noqa: E402
-from agents.evaluation.run import run_evaluation  # noqa: E402
-from agents.sandbox import cgroup  # noqa: E402
 from bench.common import md_table, write_section  # noqa: E402
+from proving.evaluation import fork_server  # noqa: E402
+from proving.evaluation.run import run_evaluation  # noqa: E402
+from proving.sandbox import cgroup  # noqa: E402
 
 WAYS = {  # name: (BATON_EVAL_SANDBOX, BATON_SAMPLE_SERVER)
     "sandbox, forked": ("bwrap", "1"),

@@ -62,7 +62,7 @@ from runtime import (  # noqa: E402
 
 from agents.disk import AgentDisk  # noqa: E402
 from agents.events import CompactionRecord, StepEvent  # noqa: E402
-from agents.priority import follow_autogroup  # noqa: E402
+from proving.priority import follow_autogroup  # noqa: E402
 from scenarios.run import copy_scenario  # noqa: E402
 
 EXAMPLE = REPO_ROOT / "scenarios" / "refund_desk"
@@ -72,7 +72,7 @@ PROFILE = "demo"
 # The API double and this script stand in for what a deployment does not run on its workers' machine (the
 # Claude API, an observer): they run as nice as the step workers, so they never take the CPU from the
 # compaction worker, which a deployment gives the best priority (``baton worker``'s WORKER_NICE). The double
-# leads its own session, so its autogroup takes that niceness too (agents/priority.py); this script runs in
+# leads its own session, so its autogroup takes that niceness too (proving/priority.py); this script runs in
 # the caller's session and leaves that session's group alone.
 SCAFFOLD_NICE = 10
 # A threads pool runs its Python on one core at a time: one process of each role per core lets a burst of one

@@ -134,8 +134,9 @@ def example(finished_run: SharedRun, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture(scope="session")
 def exported(example: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Its export (``baton export refund_desk --to inspect``)."""
-    from agents.export.build import export_inspect
+    from agents.scenario_facts import scenario_facts
+    from proving.export.build import export_inspect
 
     out = tmp_path_factory.mktemp("export") / "refund_desk"
-    export_inspect(example, out)
+    export_inspect(example, out, scenario_facts(example))
     return out

@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.config import ToolSettings  # noqa: E402
-from agents.evaluation.run import run_evaluation  # noqa: E402
 from agents.tools.base import ToolContext  # noqa: E402
 from agents.tools.bash import BashTool  # noqa: E402
+from proving.evaluation.run import run_evaluation  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

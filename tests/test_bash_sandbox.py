@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from agents.config import ConfigError, ToolSettings
-from agents.sandbox.bwrap import SandboxUnavailable, usable_bwrap
-from agents.sandbox.bwrap import python_dirs as _python_dirs
 from agents.settings_layers import resolve_config
 from agents.tools.base import ToolContext, ToolResult
 from agents.tools.bash import BashTool
+from proving.sandbox.bwrap import SandboxUnavailable, usable_bwrap
+from proving.sandbox.bwrap import python_dirs as _python_dirs
 
 BASH = BashTool()
 REPO = Path(__file__).resolve().parents[1]
@@ -250,7 +250,7 @@ def bin_without_bwrap(tmp_path: Path, monkeypatch) -> Path:
     assert bash is not None
     (folder / "bash").symlink_to(bash)
     monkeypatch.setenv("PATH", str(folder))
-    monkeypatch.setattr("agents.sandbox.bwrap.SYSTEM_BWRAPS", ())  # nor where distributions install it
+    monkeypatch.setattr("proving.sandbox.bwrap.SYSTEM_BWRAPS", ())  # nor where distributions install it
     return folder
 
 

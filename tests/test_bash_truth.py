@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from agents.config import ToolSettings
-from agents.sandbox.bwrap import SandboxUnavailable, usable_bwrap
 from agents.tools.base import ToolContext, ToolResult
 from agents.tools.bash import BashTool
 from agents.tools.handoff import SubmitHandoff
+from proving.sandbox.bwrap import SandboxUnavailable, usable_bwrap
 from scenarios.journal import Journal
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """Many steps at once in one worker (issue 14): ``baton worker ROLE --concurrency N`` serves the
 steps of several scenarios together while they wait on the model, each agent still one step at a
-time; CPU-heavy work takes a slot of ``agents.cpu_slots`` first."""
+time; CPU-heavy work takes a slot of ``proving.cpu_slots`` first."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from agents import cpu_slots
-from agents.cpu_slots import SLOTS_ENV, slots_from_env
 from agents.events import StepEvent
 from agents.simulated import SimulatedModel
+from proving.cpu_slots import SLOTS_ENV, slots_from_env
 from scenarios.run import copy_scenario
 from tests.export_support import EXAMPLE, baton
 from tests.workers_harness import Proc, spawn

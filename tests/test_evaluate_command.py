@@ -70,7 +70,7 @@ def test_without_bwrap_it_stops_and_unconfined_is_a_persons_choice(scenario: Pat
                                                                   monkeypatch) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    monkeypatch.setattr("agents.sandbox.bwrap.SYSTEM_BWRAPS", ())  # not on PATH, nor where distributions put it
+    monkeypatch.setattr("proving.sandbox.bwrap.SYSTEM_BWRAPS", ())  # not on PATH, nor where distributions put it
     before = report(scenario, 2)
     refused = invoke(scenario.parent, "evaluate", "refund_desk", PATH=str(bin_dir))
     assert refused.exit_code == 2 and "bwrap" in refused.output and "BATON_EVAL_SANDBOX=none" in refused.output

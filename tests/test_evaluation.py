@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from agents.config import ToolSettings
-from agents.evaluation.compare import lookup, same
-from agents.evaluation.run import run_evaluation
 from agents.tools.base import ToolContext
 from agents.tools.evaluation import RunEvaluation
+from proving.evaluation.compare import lookup, same
+from proving.evaluation.run import run_evaluation
 
 TIMEOUT_S = 2.0
 MEMORY_MB = 256  # also proves the child interpreter starts under this RLIMIT_AS

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.evaluation.compare import effect_differences, free_text
-from agents.export.build import ExportError, export_inspect
-from agents.export.tool_specs import ToolSpecError, tool_specs
+from agents.scenario_facts import scenario_facts
+from proving.evaluation.compare import effect_differences, free_text
+from proving.export.build import ExportError, export_inspect
+from proving.export.tool_specs import ToolSpecError, tool_specs
 from tests.export_support import baton, runtime_of
 
 
@@ -105,10 +106,10 @@ def test_the_latest_passing_iteration_is_exported_whole(example: Path, exported:
 
 def test_an_iteration_below_target_is_exported_only_when_asked_and_with_a_warning(example: Path,
                                                                                  tmp_path: Path) -> None:
-    done = export_inspect(example, tmp_path / "it1", iteration=1)
+    done = export_inspect(example, tmp_path / "it1", scenario_facts(example), iteration=1)
     assert done.iteration == 1 and "did not pass: 80%" in (done.warning or "")
     with pytest.raises(ExportError, match="no iteration 9; it has iteration 1: 80%, iteration 2: 100%"):
-        export_inspect(example, tmp_path / "it9", iteration=9)
+        export_inspect(example, tmp_path / "it9", scenario_facts(example), iteration=9)
 
 
 def test_no_passing_iteration_is_refused(example: Path, tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_no_passing_iteration_is_refused(example: Path, tmp_path: Path) -> None:
     shutil.rmtree(root / "execution_outputs" / "iteration_2")
     with pytest.raises(ExportError, match=r"no iteration of refund_desk reached its target of 85% "
                                           r"\(iteration 1: 80%\); run it on, or export one anyway with --iteration K"):
-        export_inspect(root, tmp_path / "out")
+        export_inspect(root, tmp_path / "out", scenario_facts(root))
     assert not (tmp_path / "out").exists()
 
 
@@ -136,7 +137,7 @@ def test_a_folder_that_is_not_an_export_is_never_overwritten(example: Path, tmp_
 
 def test_an_earlier_export_is_replaced(example: Path, tmp_path: Path) -> None:
     out = tmp_path / "export"
-    export_inspect(example, out, iteration=1)
+    export_inspect(example, out, scenario_facts(example), iteration=1)
     (out / "tools" / "stale.py").write_text("")
     result = baton(example.parent, "export", "refund_desk", "--to", "inspect", "--out", str(out))
     assert result.exit_code == 0, result.output

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from agents.export.runtime.offline_tokens import O200K_SHA256, O200K_URL, provide_o200k
-from agents.export.tryout import eval_export, pass_hat
+from proving.export.runtime.offline_tokens import O200K_SHA256, O200K_URL, provide_o200k
+from proving.export.tryout import eval_export, pass_hat
 from tests.export_support import baton
 
 # Inspect is imported only by the tests that run it: collecting this module must not cost every

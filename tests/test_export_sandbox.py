@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from agents.sandbox.bwrap import SandboxUnavailable, usable_bwrap
+from proving.sandbox.bwrap import SandboxUnavailable, usable_bwrap
 from tests.test_bash_sandbox import gone, processes_with
 
 for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e '.[inspect]'"),
@@ -336,7 +336,7 @@ def test_baton_try_runs_a_hostile_tool_in_the_sandbox(finished_run: Any, tmp_pat
 @needs_bwrap
 @pytest.mark.slow  # a whole run of the exported task by Inspect (one sample)
 def test_every_tool_call_and_the_judgement_run_through_inspect_s_sandbox(exported: Path, tmp_path: Path) -> None:
-    from agents.export.tryout import eval_export
+    from proving.export.tryout import eval_export
 
     export = hostile(exported, tmp_path, "Look up an order.",
                      [{"tool": "get_order", "args": {"order_id": "O1001"}}])
@@ -356,7 +356,7 @@ def test_every_tool_call_and_the_judgement_run_through_inspect_s_sandbox(exporte
 @pytest.mark.slow  # a whole run of the exported task by Inspect (one sample)
 def test_a_call_that_fills_its_disk_fails_with_a_clear_error_and_the_next_one_works(exported: Path,
                                                                                     tmp_path: Path) -> None:
-    from agents.export.tryout import eval_export
+    from proving.export.tryout import eval_export
 
     export = hostile(exported, tmp_path, "Fill the disk.", [{"tool": "get_order", "args": {"order_id": "O1001"}}])
     calls = [{"tool": "fill", "args": {"megabytes": 400}}, {"tool": "get_order", "args": {"order_id": "O1001"}}]
@@ -428,7 +428,7 @@ def no_bwrap(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest
 @pytest.mark.slow  # a whole run of the exported task by Inspect (one sample)
 def test_without_a_sandbox_a_call_still_has_an_empty_environment_and_the_run_says_it_was_unconfined(
         exported: Path, tmp_path: Path, no_bwrap: str, monkeypatch: pytest.MonkeyPatch, marker: str) -> None:
-    from agents.export.tryout import eval_export
+    from proving.export.tryout import eval_export
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     export = hostile(exported, tmp_path, "Look around.", [{"tool": "get_order", "args": {"order_id": "O1001"}}])

@@ -20,8 +20,8 @@ import pytest
 from agents.disk import AgentDisk, open_turn
 from agents.openings import execute_opening, init_opening
 from agents.step import run_turn
-from scenarios.lease import Lease, LeaseBusy, LeaseLost
 from scenarios.folder import Folder
+from scenarios.lease import Lease, LeaseBusy, LeaseLost
 from tests.agent_run import agents, assert_log_consistent, copy_example, handoff, turn_surviving_crashes
 
 REPO = Path(__file__).resolve().parent.parent

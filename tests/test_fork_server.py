@@ -1,4 +1,4 @@
-"""The sample fork server (agents/evaluation/fork_server*.py): samples forked from one small
+"""The sample fork server (proving/evaluation/fork_server*.py): samples forked from one small
 long-lived process keep every property of a freshly spawned child (tests/test_evaluation.py
 runs its limits through it), and these are the server's own: samples do not share state, a
 sample's leftovers are killed, a server that dies loses no sample, a worker that dies takes
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.evaluation import fork_server
-from agents.priority import autogroups_on
-from agents.sandbox.bwrap import usable_bwrap
+from proving.evaluation import fork_server
+from proving.priority import autogroups_on
+from proving.sandbox.bwrap import usable_bwrap
 from tests.test_bash_sandbox import gone, processes_with
 from tests.test_evaluation import PASSING, TOOLS, build, evaluate, sample
 from tests.workers_harness import descendants, refused_worker
@@ -42,7 +42,7 @@ def niceness(data):
     try:
         group = int(open("/proc/self/autogroup").read().split()[-1])
     except (OSError, ValueError):
-        group = None  # a root worker's sandboxed sample has no /proc (agents/sandbox/nest.py)
+        group = None  # a root worker's sandboxed sample has no /proc (proving/sandbox/nest.py)
     return {"nice": os.nice(0), "autogroup": group, "pid": os.getpid(), "pgid": os.getpgid(0), "sid": os.getsid(0)}
 
 
@@ -199,7 +199,7 @@ import sys, threading
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from tests.test_evaluation import evaluate
-server = __import__("agents.evaluation.fork_server", fromlist=["server"]).server()
+server = __import__("proving.evaluation.fork_server", fromlist=["server"]).server()
 print(server.proc.pid, flush=True)
 evaluate(Path(sys.argv[2]))
 """

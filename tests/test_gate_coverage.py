@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from agents.evaluation.coverage import coverage, duplicates, outcome_side, rule_ids
+from proving.evaluation.coverage import coverage, duplicates, outcome_side, rule_ids
 
 RULES = """# Rules
 - R1: A refund is allowed within 30 days.

@@ -28,7 +28,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 # What a run reads from the packages besides Python modules: the role prompts and the example's definition.
 PROMPT_FILES = [f"{role}/{kind}.md" for role in ("init", "execute") for kind in ("system", "compact")]
 DATA_FILES = {
-    "agents": [f"export/runtime/{name}" for name in ("task.py", "session.py", "offline_tokens.py", "README.md")],
+    "proving": [f"export/runtime/{name}" for name in ("task.py", "session.py", "offline_tokens.py", "README.md")],
     "baton.prompts": PROMPT_FILES,
     "scenarios": ["refund_desk/brief.md", "refund_desk/scenario.toml", "_simulations/refund_desk.py"],
 }
@@ -89,7 +89,7 @@ def _source_tree(target: Path) -> Path:
         if (REPO / name).exists():
             shutil.copy2(REPO / name, target / name)
     shutil.copy2(REPO / "setup.py", target / "setup.py")
-    for package in ("context", "agents", "scenarios", "workers", "baton", "prompts"):
+    for package in ("context", "agents", "proving", "scenarios", "workers", "baton", "prompts"):
         shutil.copytree(REPO / package, target / package, ignore=ignore)
     return target
 

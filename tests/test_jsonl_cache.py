@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from agents.disk import AgentDisk
 from agents.events import WarningEvent, append_event, read_events
-from scenarios.jsonl_cache import JsonlCache, Problem
 from scenarios.folder import Folder
+from scenarios.jsonl_cache import JsonlCache, Problem
 from scenarios.store import Layout
 
 

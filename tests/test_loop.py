@@ -121,8 +121,8 @@ def test_a_new_run_archives_the_finished_one(root):
 
 def _executed(root, claimed_rate: float, passed: int):
     """Iteration 1 handed off by Execute: a handoff claiming ``claimed_rate``, a report with ``passed`` of 10."""
-    from scenarios.run import RunRecord, claim_run, save_run
     from scenarios.folder import Folder
+    from scenarios.run import RunRecord, claim_run, save_run
 
     save_run(root, RunRecord(scenario=root.name, phase="executing", target_success_rate=0.85), claim_run(root))
     figures = {"total": 10, "passed": passed, "failed": 10 - passed, "success_rate": passed / 10,

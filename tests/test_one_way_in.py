@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("agents", "workers", "scenarios")
+PACKAGES = ("agents", "proving", "workers", "scenarios")
 MODULE_CALLS = {
     "os": {"open", "listdir", "scandir", "walk", "remove", "unlink", "rename", "replace", "mkdir", "makedirs", "stat",
            "lstat", "rmdir", "link", "symlink", "readlink", "chmod", "truncate", "mkfifo"},
@@ -52,20 +52,20 @@ ALLOWED = {
     ("workers/fake_api", "*"): "the API double: no scenario folder",
     ("agents/prompts.py", "*"): "the role prompts baton ships as package data",
     ("agents/simulated.py", "*"): "the simulated model's scripts, shipped with baton",
-    ("agents/priority.py", "*"): "/proc and /sys: the scheduler's settings",
-    ("agents/sandbox", "*"): "cgroupfs, /proc and the sandbox's own mounts and folders",
-    ("agents/processes.py", "*"): "runs inside the sandbox and the export; no scenario folder there",
-    ("agents/evaluation/child_main.py", "*"): "runs inside a sample's sandbox, on its own copy",
-    ("agents/evaluation/fork_server_main.py", "*"): "runs inside the sample server's sandbox",
-    ("agents/evaluation/spawned_main.py", "*"): "runs inside a spawned sample's sandbox",
-    ("agents/evaluation/fork_server.py", "*"): "the sample server's own temporary folders",
-    ("agents/evaluation/child.py", "*"): "the sample's own temporary folder (its outputs read with confined)",
-    ("agents/export/runtime", "*"): "runs in the exported task, where baton is not installed",
-    ("agents/export/build.py", "_write"): "the export's own folder, where the person asked (tools/ and "
+    ("proving/priority.py", "*"): "/proc and /sys: the scheduler's settings",
+    ("proving/sandbox", "*"): "cgroupfs, /proc and the sandbox's own mounts and folders",
+    ("proving/processes.py", "*"): "runs inside the sandbox and the export; no scenario folder there",
+    ("proving/evaluation/child_main.py", "*"): "runs inside a sample's sandbox, on its own copy",
+    ("proving/evaluation/fork_server_main.py", "*"): "runs inside the sample server's sandbox",
+    ("proving/evaluation/spawned_main.py", "*"): "runs inside a spawned sample's sandbox",
+    ("proving/evaluation/fork_server.py", "*"): "the sample server's own temporary folders",
+    ("proving/evaluation/child.py", "*"): "the sample's own temporary folder (its outputs read with confined)",
+    ("proving/export/runtime", "*"): "runs in the exported task, where baton is not installed",
+    ("proving/export/build.py", "_write"): "the export's own folder, where the person asked (tools/ and "
                                           "checkers/ are copied with Folder.copy_tree)",
-    ("agents/export/build.py", "_is_export"): "the export's own folder, where the person asked",
-    ("agents/export/docker_files.py", "*"): "files of the export's own folder",
-    ("agents/export/tryout.py", "eval_export"): "Inspect's log folder beside the export",
+    ("proving/export/build.py", "_is_export"): "the export's own folder, where the person asked",
+    ("proving/export/docker_files.py", "*"): "files of the export's own folder",
+    ("proving/export/tryout.py", "eval_export"): "Inspect's log folder beside the export",
     ("agents/tools/bash_copy.py", "*"): "Bash's own seed and result folders (the scenario read and written "
                                         "with Folder)",
     ("agents/tools/bash.py", "*"): "Bash's own temporary folders (the scenario read and written with Folder)",

@@ -1,4 +1,4 @@
-"""CPU priority across sessions (agents/priority.py), checked on real processes: with Linux autogroups a
+"""CPU priority across sessions (proving/priority.py), checked on real processes: with Linux autogroups a
 process's niceness ranks it only inside its session, so a worker that leads its session sets its group's."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.priority import autogroup_niceness, autogroups_on
+from proving.priority import autogroup_niceness, autogroups_on
 from tests.workers_harness import spawn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +20,7 @@ needs_autogroups = pytest.mark.skipif(not autogroups_on(), reason="this kernel h
 
 REPORT = """
 import json, os, sys
-from agents.priority import autogroup_niceness, lower_priority
+from proving.priority import autogroup_niceness, lower_priority
 before = autogroup_niceness()
 now = lower_priority(int(sys.argv[1]))
 print(json.dumps({"niceness": now, "before": before, "after": autogroup_niceness(),

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from agents.sandbox.bwrap import SandboxUnavailable, usable_bwrap
+from proving.sandbox.bwrap import SandboxUnavailable, usable_bwrap
 from tests.test_sandbox_escapes import CHECKER, DRIVER, REPO, SECRET_PARTS, driver_env
 
 try:
@@ -256,7 +256,7 @@ def test_a_sample_that_fills_its_folder_stops_at_the_disk_limit(root, way):
 
 def test_the_disk_limit_is_a_setting_of_a_gibibyte():
     from agents.config import ToolSettings
-    from agents.sandbox import limits, nest
+    from proving.sandbox import limits, nest
 
     assert ToolSettings().eval_disk_mb == limits.EVAL_DISK_MB == nest.DISK_MB == 1024
 
@@ -348,7 +348,7 @@ def test_a_dangling_link_or_a_fifo_in_tools_does_not_stop_the_evaluation(root, w
 
 HOLDER = """
 import sys
-from agents.evaluation import fork_server
+from proving.evaluation import fork_server
 print(fork_server.server().home, flush=True)
 sys.stdin.read()
 """
@@ -366,7 +366,7 @@ def test_a_killed_workers_server_folder_is_removed_when_the_next_server_starts()
         assert all(home.is_dir() for home in homes), homes
         killed.kill()
         killed.wait()
-        from agents.evaluation import fork_server
+        from proving.evaluation import fork_server
 
         deadline = time.monotonic() + 10
         while homes[0].exists() and time.monotonic() < deadline:

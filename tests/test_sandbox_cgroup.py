@@ -1,4 +1,4 @@
-"""The sandbox's cgroups (agents/sandbox/cgroup.py) where the machine offers a writable one:
+"""The sandbox's cgroups (proving/sandbox/cgroup.py) where the machine offers a writable one:
 a group per sandbox, removed afterwards, and the groups of a killed worker removed later."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agents.sandbox import cgroup
+from proving.sandbox import cgroup
 
 pytestmark = pytest.mark.skipif(not cgroup.available(), reason="no writable cgroup here")
 REPO = Path(__file__).resolve().parents[1]
 HOLDS_A_GROUP = """
 import json, sys, time
-from agents.sandbox import cgroup
+from proving.sandbox import cgroup
 parent = cgroup.create_parent()
 child = cgroup.create(64, 8, parent)
 print(json.dumps([str(p) for p in [*child.parts.values(), *parent.parts.values()]]), flush=True)

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from agents.sandbox import cgroup
-from agents.sandbox.bwrap import SandboxUnavailable, usable_bwrap
-from agents.sandbox.limits import BASH_MEMORY_MB, MAX_PROCESSES
+from proving.sandbox import cgroup
+from proving.sandbox.bwrap import SandboxUnavailable, usable_bwrap
+from proving.sandbox.limits import BASH_MEMORY_MB, MAX_PROCESSES
 from tests.test_bash_sandbox import gone, processes_with
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from scenarios.run import RunRecord, load_run, save_run
 from scenarios.folder import Folder
+from scenarios.run import RunRecord, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name
 
 

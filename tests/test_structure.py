@@ -12,14 +12,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("context", "scenarios", "agents", "workers")
-# What each package may import from the others: workers -> agents -> context; scenarios
-# (the folder store) is used by agents and workers; context is pure.
+PACKAGES = ("context", "scenarios", "proving", "agents", "workers")
+# What each package may import from the others: workers -> agents -> context; proving (the sandbox,
+# evaluation, export and gates) is used by agents and workers and imports neither; scenarios (the folder
+# store) serves them all; context is pure.
 ALLOWED = {
     "context": {"context"},
     "scenarios": {"scenarios"},
-    "agents": {"agents", "context", "scenarios"},
-    "workers": {"workers", "agents", "context", "scenarios"},
+    "proving": {"proving", "context", "scenarios"},
+    "agents": {"agents", "proving", "context", "scenarios"},
+    "workers": {"workers", "agents", "proving", "context", "scenarios"},
 }
 
 

@@ -34,7 +34,7 @@ from agents.agent import assembler_for
 from agents.config import AgentConfig
 from agents.conventions import FILE
 from agents.disk import AgentDisk
-from agents.priority import lower_priority
+from proving.priority import lower_priority
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
 from scenarios.store import AGENTS, Layout, check_name
@@ -428,9 +428,9 @@ SWITCH_INTERVAL_S = {"compaction": 0.001}
 def check_worker_env() -> None:
     """The settings a worker reads from its environment, checked before it takes a task."""
     try:
-        from agents.cpu_slots import slots_from_env  # its import reads BATON_CPU_SLOTS already
-        from agents.evaluation import fork_server
-        from agents.sandbox.policy import evaluation_sandbox
+        from proving.cpu_slots import slots_from_env  # its import reads BATON_CPU_SLOTS already
+        from proving.evaluation import fork_server
+        from proving.sandbox.policy import evaluation_sandbox
         from workers.reaper import ReaperSettings  # with the agent lock's TTL it must outlast
 
         slots_from_env()

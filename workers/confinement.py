@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agents.config import ConfigError
-from agents.sandbox.policy import EVAL_SANDBOX_ENV, evaluation_sandbox
 from agents.settings_layers import resolve_agents
+from proving.sandbox.policy import EVAL_SANDBOX_ENV, evaluation_sandbox
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import StoreError
 

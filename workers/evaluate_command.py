@@ -13,8 +13,8 @@ import typer
 from rich.text import Text
 
 from agents.config import ConfigError
-from agents.evaluation.run import EvaluationError, run_evaluation
 from agents.settings_layers import resolve_config
+from proving.evaluation.run import EvaluationError, run_evaluation
 from scenarios.folder import Folder
 from scenarios.run import load_run
 from scenarios.store import Layout

@@ -13,8 +13,9 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from agents.export.build import ExportError, export_inspect
-from agents.export.tryout import NO_INSPECT, run_tryout, tryout_path
+from agents.scenario_facts import scenario_facts
+from proving.export.build import ExportError, export_inspect
+from proving.export.tryout import NO_INSPECT, run_tryout, tryout_path
 from workers import loop
 from workers.errors import CliError, guarded
 from workers.render import new_table, out, say
@@ -34,7 +35,7 @@ def export(
     """A scenario's passing iteration as an Inspect AI task: `inspect eval OUT/task.py --model M`."""
     root = loop.scenario_root(name)
     try:
-        done = export_inspect(root, out_dir, iteration)
+        done = export_inspect(root, out_dir, scenario_facts(root), iteration)
     except ExportError as exc:
         raise CliError(str(exc)) from None
     if done.warning:
@@ -59,7 +60,7 @@ def try_(
     """A model under test on the exported scenario, through Inspect AI: pass rate and pass^k per sample."""
     root = loop.scenario_root(name)
     try:
-        tryout = run_tryout(root, model, epochs, iteration)
+        tryout = run_tryout(root, scenario_facts(root), model, epochs, iteration)
     except ExportError as exc:
         raise CliError(str(exc)) from None
     if tryout.note:

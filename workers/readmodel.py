@@ -25,9 +25,9 @@ from agents.events import (
     StepEvent,
     WarningEvent,
 )
-from agents.export.tryout import read_tryout
 from agents.settings_layers import load_scenario_config, resolve_agents
 from context.assembly import Assembled
+from proving.export.tryout import read_tryout
 from scenarios.folder import scenario_folders
 from scenarios.run import RunRecord, load_run
 from scenarios.store import AGENTS, Layout

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.catalogue import PinnedModel
-from agents.export.tryout import read_tryout
+from proving.export.tryout import read_tryout
 from scenarios.folder import Folder
 from scenarios.run import RunRecord
 from scenarios.store import Layout

@@ -1,7 +1,7 @@
 """``Bash``: a command on a copy of the scenario folder, in its own process group, with a time limit and bounded
 output (a head and a tail of each stream are kept: ``agents/tools/bash_output.py``).
 
-The command runs in the sandbox every piece of code a model wrote runs in (``agents/sandbox/bwrap.py`` says
+The command runs in the sandbox every piece of code a model wrote runs in (``proving/sandbox/bwrap.py`` says
 what it is and why) unless the operator set ``bash_sandbox = "none"``. Bash's own parts:
 
 - It never writes the host's folder. ``/scenario``, the working directory, is a tmpfs of ``bash_disk_mb``
@@ -12,7 +12,7 @@ what it is and why) unless the operator set ``bash_sandbox = "none"``. Bash's ow
   resolve inside the sandbox's own tree, where host paths do not exist.
 - ``/tmp`` (at most 512 MiB) is also HOME, so caches do not litter the folder; the environment holds PATH,
   HOME and LANG only.
-- ``ulimit -u`` and ``-v`` inside, and a cgroup where the machine offers one (agents/sandbox/cgroup.py,
+- ``ulimit -u`` and ``-v`` inside, and a cgroup where the machine offers one (proving/sandbox/cgroup.py,
   limits.py): a process count and memory for the whole command.
 
 bwrap is started in its own process group; killing that group kills the outer bwrap, ``--die-with-parent``
@@ -37,12 +37,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agents.config import BashSandbox
-from agents.cpu_slots import cpu_slot
-from agents.processes import kill_group
-from agents.sandbox import cgroup
-from agents.sandbox.bwrap import EMPTY_ENV, INSTALL_HINT, SandboxUnavailable, python_path_dirs, usable_bwrap
-from agents.sandbox.bwrap import command as sandbox_command
-from agents.sandbox.limits import BASH_MEMORY_MB, MAX_PROCESSES
 from agents.tools.base import FileTool, ToolContext, ToolInputError, ToolResult, error, ok, string_input
 from agents.tools.bash_copy import (
     MB,
@@ -60,6 +54,12 @@ from agents.tools.bash_copy import (
 from agents.tools.bash_output import Capture, Sink, Spool, collect
 from agents.tools.paths import refusal
 from context.redaction import is_secret_name
+from proving.cpu_slots import cpu_slot
+from proving.processes import kill_group
+from proving.sandbox import cgroup
+from proving.sandbox.bwrap import EMPTY_ENV, INSTALL_HINT, SandboxUnavailable, python_path_dirs, usable_bwrap
+from proving.sandbox.bwrap import command as sandbox_command
+from proving.sandbox.limits import BASH_MEMORY_MB, MAX_PROCESSES
 from scenarios.folder import Folder
 
 __all__ = ["BashTool", "SandboxUnavailable", "usable_bwrap"]
@@ -71,7 +71,7 @@ SPOOL_MEMORY = 8 * MB  # what comes back from the sandbox is kept in memory up t
 def _clean_env() -> dict[str, str]:
     """For an unconfined command only: the worker's environment without the API key, the
     broker URLs (they carry the Redis password) or anything named like a secret. A sandbox
-    gets nothing of it (agents/sandbox/bwrap.py)."""
+    gets nothing of it (proving/sandbox/bwrap.py)."""
     hidden = {"ANTHROPIC_API_KEY", "BATON_BROKER_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}
     return {k: v for k, v in os.environ.items() if k not in hidden and not is_secret_name(k)}
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agents.evaluation.run import EvaluationError, run_evaluation
 from agents.tools.base import ToolContext, ToolResult, error, ok
+from proving.evaluation.run import EvaluationError, run_evaluation
 from scenarios.store import Layout, relative
 
 TOOL_FAILURES = 20  # failures listed in the RunEvaluation result

@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agents.export.build import ExportError, choose_iteration, export_inspect
-from agents.settings_layers import load_scenario_config
+from proving.export.build import ExportError, choose_iteration, export_inspect
+from proving.export.facts import ScenarioFacts
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import Layout
 
@@ -102,16 +102,17 @@ def choose_model(model: str | None, environ: dict[str, str] | os._Environ[str] =
     return MOCK_MODEL, MOCK_NOTE
 
 
-def run_tryout(root: Path, model: str | None = None, epochs: int = 1, iteration: int | None = None) -> Tryout:
+def run_tryout(root: Path, facts: ScenarioFacts, model: str | None = None, epochs: int = 1,
+               iteration: int | None = None) -> Tryout:
     if importlib.util.find_spec("inspect_ai") is None:
         raise TryoutError(NO_INSPECT)
     if epochs < 1:
         raise TryoutError(f"--epochs must be at least 1, not {epochs}")
     chosen, note = choose_model(model)
     layout = Layout(root)
-    picked = _picked_iteration(root, iteration)
+    picked, _, _ = choose_iteration(layout, facts.target_success_rate, iteration)
     folder = layout.outputs(picked)
-    warning = export_inspect(root, folder / "inspect_task", picked).warning
+    warning = export_inspect(root, folder / "inspect_task", facts, picked).warning
     started = time.monotonic()
     log = eval_export(folder / "inspect_task", chosen, epochs, folder / "inspect_logs")
     notes = " ".join(n for n in (warning, note) if n) or None
@@ -150,12 +151,6 @@ def plain(markup: str) -> str:
 
     lines = [line.strip() for line in Text.from_markup(markup).plain.removeprefix("ERROR:").splitlines()]
     return ": ".join(line for line in lines if line).rstrip(".")
-
-
-def _picked_iteration(root: Path, iteration: int | None) -> int:
-    layout = Layout(root)
-    chosen, _, _ = choose_iteration(layout, load_scenario_config(layout.toml).target_success_rate, iteration)
-    return chosen
 
 
 def _summarise(name: str, iteration: int, model: str, note: str | None, epochs: int, log: Any,

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agents.evaluation.models import Sample
+from proving.evaluation.models import Sample
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import StoreError
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agents.sandbox import bwrap
-from agents.sandbox.nest import CGROUP_DIR, MIB, SAMPLE_DIR
+from proving.sandbox import bwrap
+from proving.sandbox.nest import CGROUP_DIR, MIB, SAMPLE_DIR
 
-AGENTS_DIR = Path(__file__).resolve().parents[1]  # read-only at /baton/agents in the sample server's sandbox
-INSIDE_AGENTS = "/baton/agents"
+PROVING_DIR = Path(__file__).resolve().parents[1]  # read-only at /baton/proving in the sample server's sandbox
+INSIDE_PROVING = "/baton/proving"
 SPAWNED_FILES = ("evaluation/spawned_main.py", "evaluation/child_main.py", "sandbox/nest.py")
 
 
@@ -30,10 +30,10 @@ def inside_env(home: str) -> dict[str, str]:
 def spawn_command(bwrap_path: str, folder_fd: int, timeout_s: float, disk_mb: int) -> list[str]:
     """Run the sample of the host folder open as ``folder_fd`` (pass it to the sandbox) in a tmpfs of
     ``disk_mb`` at /sample, ended at ``timeout_s`` by its first process (``spawned_main.py``)."""
-    read_only = {AGENTS_DIR / name: f"{INSIDE_AGENTS}/{name}" for name in SPAWNED_FILES}
+    read_only = {PROVING_DIR / name: f"{INSIDE_PROVING}/{name}" for name in SPAWNED_FILES}
     return bwrap.command(
         bwrap_path, writable={}, read_only=read_only, chdir="/", env=inside_env(SAMPLE_DIR),
-        argv=[sys.executable, "-I", f"{INSIDE_AGENTS}/{SPAWNED_FILES[0]}", str(folder_fd), repr(float(timeout_s))],
+        argv=[sys.executable, "-I", f"{INSIDE_PROVING}/{SPAWNED_FILES[0]}", str(folder_fd), repr(float(timeout_s))],
         extra=["--as-pid-1", "--size", str(disk_mb * MIB), "--tmpfs", SAMPLE_DIR],
     )
 
@@ -44,9 +44,9 @@ def server_command(bwrap_path: str, samples: Path, cgroups: dict[str, Path], ser
     agents/ read-only. User namespaces stay allowed and CAP_SETFCAP is kept (to map root, for
     a root worker): each sample nests its own (nest.py), then drops every capability."""
     writable = {samples: "/samples", **{path: f"{CGROUP_DIR}/{label}" for label, path in cgroups.items()}}
-    script = f"{INSIDE_AGENTS}/evaluation/{server_script.name}"
+    script = f"{INSIDE_PROVING}/evaluation/{server_script.name}"
     return bwrap.command(
-        bwrap_path, writable=writable, read_only={AGENTS_DIR: INSIDE_AGENTS}, chdir="/",
+        bwrap_path, writable=writable, read_only={PROVING_DIR: INSIDE_PROVING}, chdir="/",
         env=inside_env("/tmp"), argv=[sys.executable, "-I", script], nested_userns=True,
         extra=["--dir", SAMPLE_DIR, "--cap-add", "CAP_SETFCAP"],
     )

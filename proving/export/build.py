@@ -22,15 +22,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agents import processes as processes_module
-from agents.config import ToolSettings
-from agents.evaluation import child as child_module
-from agents.evaluation import compare as compare_module
-from agents.evaluation.models import Limits, Report
-from agents.evaluation.samples import load_samples
-from agents.export import docker_files
-from agents.export.tool_specs import ToolSpecError, tool_specs
-from agents.settings_layers import load_scenario_config
+from proving import processes as processes_module
+from proving.evaluation import child as child_module
+from proving.evaluation import compare as compare_module
+from proving.evaluation.models import Report
+from proving.evaluation.samples import load_samples
+from proving.export import docker_files
+from proving.export.facts import ScenarioFacts
+from proving.export.tool_specs import ToolSpecError, tool_specs
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import Layout, StoreError
 
@@ -42,9 +41,6 @@ SHARED_MODULES = {  # baton's own stdlib-only modules that the export runs as th
     "child_main.py": child_module.CHILD_SCRIPT,
 }
 RUNTIME_MODULES = ("session.py", "offline_tokens.py", "box.py", "sandbox.py")
-# An iteration never evaluated has no limits on record: the evaluation's own defaults (ToolSettings).
-DEFAULT_LIMITS = Limits(timeout_s=ToolSettings.model_fields["eval_timeout_s"].default,
-                        memory_mb=ToolSettings.model_fields["eval_memory_mb"].default)
 
 
 class ExportError(ValueError):
@@ -62,9 +58,11 @@ class Exported(BaseModel):
     refused: list[str] = []  # links and special files of tools/ and checkers/ that were not copied
 
 
-def export_inspect(root: Path, out: Path, iteration: int | None = None) -> Exported:
+def export_inspect(root: Path, out: Path, facts: ScenarioFacts, iteration: int | None = None) -> Exported:
+    """Export the asked iteration (or the latest that reached the target) of the scenario at ``root`` to ``out``,
+    with what the caller read of its settings (``facts``)."""
     layout = Layout(root)
-    config = load_scenario_config(layout.toml)
+    config = facts
     chosen, report, warning = choose_iteration(layout, config.target_success_rate, iteration)
     folder = layout.outputs(chosen)
     scenario = Folder(layout.root)  # the one way in: no link followed, regular files only, bounded reads
@@ -88,7 +86,7 @@ def export_inspect(root: Path, out: Path, iteration: int | None = None) -> Expor
         "policy": policy_text(layout, config.name, config.description, data),
         "tools": [s.model_dump() for s in specs],
         "samples": samples,
-        "limits": (report.limits if report else DEFAULT_LIMITS).model_dump(),
+        "limits": (report.limits if report else facts.default_limits).model_dump(),
     }
     refused = _write(out, scenario, folder, spec)
     if refused:

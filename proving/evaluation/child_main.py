@@ -1,4 +1,4 @@
-"""Run one evaluation sample in a child process (spawned by ``agents/evaluation/child.py``).
+"""Run one evaluation sample in a child process (spawned by ``proving/evaluation/child.py``).
 
 Usage: ``python -I child_main.py <job.json>``. Standalone on purpose: stdlib only,
 no baton imports, because this process runs generated code (tools, checkers) and
@@ -351,7 +351,7 @@ def public_functions(module: types.ModuleType, wanted: Callable[[str], bool]) ->
 
 def limit_processes(most: int | None) -> None:
     """RLIMIT_NPROC, set here because it must be set inside the sandbox's user namespace, where
-    it counts this sample's processes only (agents/sandbox/limits.py)."""
+    it counts this sample's processes only (proving/sandbox/limits.py)."""
     if most:
         resource.setrlimit(resource.RLIMIT_NPROC, (most, most))
 

@@ -12,14 +12,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agents.evaluation.child import ChildRun, run_child
-from agents.evaluation.classify import classify
-from agents.evaluation.models import LAYERS, ChildResult, Failure, Limits, Report, RunSummary, SampleResult
-from agents.evaluation.samples import SampleFile, load_samples
-from agents.sandbox.bwrap import INSTALL_HINT, SandboxUnavailable, usable_bwrap
-from agents.sandbox.limits import EVAL_DISK_MB
-from agents.sandbox.policy import EVAL_SANDBOX_ENV, evaluation_confined
 from context.redaction import redact_value
+from proving.evaluation.child import ChildRun, run_child
+from proving.evaluation.classify import classify
+from proving.evaluation.models import LAYERS, ChildResult, Failure, Limits, Report, RunSummary, SampleResult
+from proving.evaluation.samples import SampleFile, load_samples
+from proving.sandbox.bwrap import INSTALL_HINT, SandboxUnavailable, usable_bwrap
+from proving.sandbox.limits import EVAL_DISK_MB
+from proving.sandbox.policy import EVAL_SANDBOX_ENV, evaluation_confined
 from scenarios import confined as folder_access
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.journal import Direct, FileWriter

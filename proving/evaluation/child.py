@@ -1,5 +1,5 @@
 """The child process of one sample: a fresh temp dir with copies of tools/ and
-checkers/, in the sandbox (agents/sandbox/: its own namespaces, an empty environment,
+checkers/, in the sandbox (proving/sandbox/: its own namespaces, an empty environment,
 only that dir writable, a memory cgroup where the machine has one), with resource
 limits, in its own process group that is killed afterwards. It runs ``child_main.py``
 (docs/evaluation.md, "How a sample is run").
@@ -26,16 +26,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agents.cpu_slots import cpu_slot
-from agents.evaluation import fork_server
-from agents.evaluation.models import ChildProgress, ChildResult
-from agents.processes import Finished, run_limited
-from agents.sandbox import cgroup
-from agents.sandbox.bwrap import EMPTY_ENV, usable_bwrap
-from agents.sandbox.limits import MAX_PROCESSES
-from agents.sandbox.nest import DISK_MB, MIB, NOTE, OUT_FILES, SAMPLE_DIR
-from agents.sandbox.policy import evaluation_confined
-from agents.sandbox.sample import from_bwrap, spawn_command
+from proving.cpu_slots import cpu_slot
+from proving.evaluation import fork_server
+from proving.evaluation.models import ChildProgress, ChildResult
+from proving.processes import Finished, run_limited
+from proving.sandbox import cgroup
+from proving.sandbox.bwrap import EMPTY_ENV, usable_bwrap
+from proving.sandbox.limits import MAX_PROCESSES
+from proving.sandbox.nest import DISK_MB, MIB, NOTE, OUT_FILES, SAMPLE_DIR
+from proving.sandbox.policy import evaluation_confined
+from proving.sandbox.sample import from_bwrap, spawn_command
 from scenarios import confined as folder_access
 from scenarios.store import StoreError
 
@@ -63,7 +63,7 @@ class ChildRun:
 def run_child(root: Path, parts: Sequence[str], raw_sample: dict[str, Any], *, timeout_s: float, memory_mb: int,
               disk_mb: int = DISK_MB) -> ChildRun:
     """Run one sample in a fresh temp dir holding copies of tools/ and checkers/ of the iteration folder
-    ``root``/``parts`` (``root`` the scenario folder): in the sandbox (agents/sandbox/) unless a person chose
+    ``root``/``parts`` (``root`` the scenario folder): in the sandbox (proving/sandbox/) unless a person chose
     BATON_EVAL_SANDBOX=none. Raises SandboxUnavailable where bwrap cannot make one."""
     confined = evaluation_confined()
     bwrap_path = usable_bwrap() if confined else ""

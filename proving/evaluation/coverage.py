@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agents.evaluation.quality import Finding
+from proving.evaluation.quality import Finding
 
 # "- R1: ...", "* **R12.** ...", "1. R3) ...": a rule id opening a list item of business_rules.md.
 RULE_LINE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\**`?([A-Z][A-Z0-9]*[-_.]?\d+[a-z]?)`?\**\s*[:.)\u2013\u2014-]",
@@ -48,8 +48,8 @@ def coverage(business_rules: str, samples: Iterable[Mapping[str, Any]]) -> tuple
         for rule in sample.get("rules") or []:
             sides.setdefault(str(rule), set()).add(side)
             if rules and str(rule) not in rules:
-                findings.append(Finding(gate="coverage", sample=str(sample.get("id")), rule=str(rule), **{"class": "L4"},
-                                        detail=f"cites rule {rule}, which design/business_rules.md does not define"))
+                findings.append(Finding.of("coverage", "L4", f"cites rule {rule}, which design/business_rules.md does "
+                                           "not define", sample=str(sample.get("id")), rule=str(rule)))
     if not rules:
         findings.append(Finding(gate="coverage", **{"class": "L1"}, detail=(
             "design/business_rules.md defines no rule ids (list items such as '- R1: ...'), so coverage "

@@ -1,5 +1,5 @@
 """A long-lived parent for evaluation samples: it forks one child per sample instead of
-starting a fresh Python for each (``agents/evaluation/fork_server.py`` is its client;
+starting a fresh Python for each (``proving/evaluation/fork_server.py`` is its client;
 docs/evaluation.md, "How a sample is run").
 
 Usage: ``python -I fork_server_main.py``. Standard library only and no baton imports, like
@@ -8,10 +8,10 @@ from this process's clean memory (``child_main`` imported, no generated code eve
 so starting a sample costs a fork, not an interpreter start and its imports (about 90 ms of
 CPU each, measured with a sample of the example).
 
-Sandboxed (the worker starts this server in bwrap: agents/sandbox/sample.py), each child
-first takes namespaces of its own (``agents/sandbox/nest.py``): it sees only its own folder
+Sandboxed (the worker starts this server in bwrap: proving/sandbox/sample.py), each child
+first takes namespaces of its own (``proving/sandbox/nest.py``): it sees only its own folder
 and processes, and everything it starts ends with it. A child gets what
-``agents.processes.run_limited`` gives a spawned one: its own session
+``proving.processes.run_limited`` gives a spawned one: its own session
 (process group), the sample's folder as working directory, HOME and TMPDIR, the minimal
 environment, the memory, CPU, core and file-size limits, stdin from /dev/null, stdout and
 stderr read here with only their last bytes kept, a wall-clock limit after which its whole
@@ -99,7 +99,7 @@ def _sample(request: dict[str, Any], out_w: int, err_w: int, server: Server) -> 
     signal.set_wakeup_fd(-1)  # the server's wakeup pipe is closed below; its fd number may be reused
     die_with_parent(server.pid)
     # Its own process group, to be killed as a whole, in the server's session: a session of its own would
-    # be an autogroup of its own, with a full share of the CPU whatever its niceness (agents/priority.py).
+    # be an autogroup of its own, with a full share of the CPU whatever its niceness (proving/priority.py).
     server_group = os.getpgid(server.pid)
     os.setpgid(0, 0)
     null = os.open(os.devnull, os.O_RDONLY)

@@ -35,13 +35,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from agents.processes import Finished, kill_group, minimal_env
-from agents.sandbox import cgroup
-from agents.sandbox.bwrap import EMPTY_ENV, usable_bwrap
-from agents.sandbox.limits import MAX_PROCESSES
-from agents.sandbox.nest import DISK_MB, SAMPLE_DIR
-from agents.sandbox.policy import evaluation_confined
-from agents.sandbox.sample import server_command
+from proving.processes import Finished, kill_group, minimal_env
+from proving.sandbox import cgroup
+from proving.sandbox.bwrap import EMPTY_ENV, usable_bwrap
+from proving.sandbox.limits import MAX_PROCESSES
+from proving.sandbox.nest import DISK_MB, SAMPLE_DIR
+from proving.sandbox.policy import evaluation_confined
+from proving.sandbox.sample import server_command
 
 log = logging.getLogger(__name__)
 SERVER_SCRIPT = Path(__file__).with_name("fork_server_main.py")
@@ -126,8 +126,8 @@ def prune_homes(directory: Path | None = None) -> list[Path]:
 
 class ForkServer:
     """One running ``fork_server_main.py`` and the samples waiting on it. Confined, the server
-    runs in a sandbox of its own (agents/sandbox/sample.py) and each sample it forks gets
-    namespaces of its own inside it (agents/sandbox/nest.py); sample folders are made under
+    runs in a sandbox of its own (proving/sandbox/sample.py) and each sample it forks gets
+    namespaces of its own inside it (proving/sandbox/nest.py); sample folders are made under
     ``samples``, the only host folder the server's sandbox can write."""
 
     def __init__(self, confined: bool = False) -> None:
@@ -276,7 +276,7 @@ def _close_at_exit() -> None:
 
 def server(confined: bool | None = None) -> ForkServer:
     """This process's server, started (or restarted, if it died or the sandbox setting changed) on first use.
-    ``confined``: in the sandbox; by default as the person set it (agents/sandbox/policy.py)."""
+    ``confined``: in the sandbox; by default as the person set it (proving/sandbox/policy.py)."""
     global _server, _server_pid
     confined = evaluation_confined() if confined is None else confined
     with _server_lock:

@@ -1,6 +1,6 @@
 """Child processes that run untrusted code: Bash (agents/tools/bash.py), the evaluation
-samples (agents/evaluation/child.py) and the tool calls of an exported scenario
-(agents/export). Each child starts with ``start_new_session=True``, so it and everything
+samples (proving/evaluation/child.py) and the tool calls of an exported scenario
+(proving/export). Each child starts with ``start_new_session=True``, so it and everything
 it spawns share one process group that can be killed as a whole.
 
 Standard library only, on purpose: ``baton export`` copies this file into the exported
@@ -47,7 +47,7 @@ class Finished:
 class TailBuffer:
     """The last ``TAIL_BYTES`` of a stream and how many bytes came in all: a child that prints
     without end must not fill its reader's memory. Fed by ``Tail`` here and by the sample server
-    (agents/evaluation/fork_server_main.py)."""
+    (proving/evaluation/fork_server_main.py)."""
 
     def __init__(self) -> None:
         self.buffer = bytearray()

@@ -34,6 +34,12 @@ class Finding(BaseModel):
     class_: Literal["L1", "L4"] = Field(alias="class")
     detail: str
 
+    @classmethod
+    def of(cls, gate: GateName, layer: Literal["L1", "L4"], detail: str, *, sample: str | None = None,
+           rule: str | None = None) -> Finding:
+        """A finding (``class`` is a Python keyword, so the field is filled by its alias here)."""
+        return cls.model_validate({"gate": gate, "class": layer, "detail": detail, "sample": sample, "rule": rule})
+
     def as_json(self) -> dict[str, object]:
         return self.model_dump(by_alias=True)
 

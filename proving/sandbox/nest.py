@@ -1,5 +1,5 @@
 """Namespaces of its own for each sample forked by the sample server, inside the server's
-sandbox (``agents/evaluation/fork_server_main.py``; docs/evaluation.md).
+sandbox (``proving/evaluation/fork_server_main.py``; docs/evaluation.md).
 
 Standard library only and no baton imports: the server loads it by path, and it runs in
 the server's sandbox. The server's sandbox already has no network, no host processes, no
@@ -25,7 +25,7 @@ the server, is made here, in the forked child, before any generated code runs:
    followed, never a FIFO waited on, each within a bound) with a note of what it refused and of
    how full the disk was (``sandbox.json``), and exits as the sample did.
 
-``copy_in`` and ``copy_out`` also serve a spawned sample (``agents/evaluation/spawned_main.py``),
+``copy_in`` and ``copy_out`` also serve a spawned sample (``proving/evaluation/spawned_main.py``),
 whose tmpfs bwrap makes.
 """
 

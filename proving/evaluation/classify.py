@@ -8,10 +8,10 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from agents.evaluation.child import ChildRun
-from agents.evaluation.compare import same, short, state_differences
-from agents.evaluation.models import ChildError, ChildResult, Layer, Sample
-from agents.sandbox.nest import DISK_MB
+from proving.evaluation.child import ChildRun
+from proving.evaluation.compare import same, short, state_differences
+from proving.evaluation.models import ChildError, ChildResult, Layer, Sample
+from proving.sandbox.nest import DISK_MB
 
 
 @dataclass
