@@ -86,3 +86,29 @@ def test_the_same_actions_for_another_rule_or_another_shape_are_not_duplicates()
                                            act("issue_refund", order_id="O2", amount=89.0, reason="x")],
                            {"orders.O1.status": "refunded"})
     assert duplicates([*SAMPLES, other_rule, same_id_twice]) == []
+
+
+def test_the_gates_run_in_turn_and_one_that_cannot_says_why(tmp_path, monkeypatch):
+    """prove() on a folder: coverage and duplicates measured, a gate that cannot run here skipped with its reason."""
+    import json
+
+    from proving.evaluation import gates
+    from proving.evaluation.gates import FunctionGate, ProvingSettings, Unavailable, prove
+
+    def unavailable(ctx):
+        raise Unavailable("needs what this machine lacks")
+
+    gates._load_gates()  # the registry as prove() will find it, before this test replaces one gate
+    monkeypatch.setitem(gates.GATES, "solver", FunctionGate("solver", unavailable))
+
+    root = tmp_path / "demo"
+    (root / "design").mkdir(parents=True)
+    (root / "design" / "business_rules.md").write_text(RULES)
+    samples = root / "execution_outputs" / "iteration_1" / "samples"
+    samples.mkdir(parents=True)
+    for s in [*SAMPLES, copy.deepcopy(SAMPLES[0]) | {"id": "s1_copy"}]:
+        (samples / f"{s['id']}.json").write_text(json.dumps(s))
+    quality = prove(root, 1, ProvingSettings(gates=["coverage", "duplicate", "solver"]))
+    assert quality.ran == ["coverage", "duplicate"] and quality.skipped == {"solver": "needs what this machine lacks"}
+    assert quality.figures.coverage == 1.0 and quality.figures.duplicates == 1
+    assert [f.as_json()["class"] for f in quality.findings] == ["L4"]
