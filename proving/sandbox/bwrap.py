@@ -14,7 +14,8 @@ The shape, and why:
   no terminal to push input into. When the sandbox's first process ends, the kernel ends
   every process of its PID namespace: nothing started inside outlives it.
 - ``/usr`` read-only, ``/bin``, ``/lib``... as the host has them; no ``/etc``, ``/home``,
-  ``/root``, ``/work`` or host ``/tmp``; a private capped tmpfs at ``/tmp``, a fresh
+  ``/root``, ``/work`` or host ``/tmp``; the sandbox's own ``/`` and ``/dev`` read-only (bwrap makes them
+  tmpfs, which code could otherwise fill without bound); a private capped tmpfs at ``/tmp``, a fresh
   ``/proc`` and a minimal ``/dev``; the Python baton runs on, read-only at its own path.
 - An empty environment: bwrap itself is started with none (its own process, PID 1 inside,
   would otherwise show the worker's in ``/proc/1/environ``), and ``--clearenv`` plus the few
@@ -30,6 +31,7 @@ import sys
 from pathlib import Path
 
 TMP_BYTES = 512 * 1024 * 1024  # the private /tmp lives in memory: without a cap it may take half the host's RAM
+SHM_BYTES = 16 * 1024 * 1024  # /dev/shm (POSIX shared memory, multiprocessing's locks): small, and sized
 EMPTY_ENV: dict[str, str] = {}  # what bwrap is started with
 INSTALL_HINT = (
     "install bubblewrap on the worker (`apt-get install -y bubblewrap` on Debian/Ubuntu; it needs unprivileged "
@@ -100,7 +102,10 @@ def command(
         args += ["--bind", str(host.resolve()), inside]
     for host, inside in (read_only or {}).items():
         args += ["--ro-bind", str(host.resolve()), inside]
-    args += [*(extra or []), "--chdir", chdir, "--clearenv"]
+    # Last, once every mount point exists: bwrap builds / and /dev on tmpfs, which code inside could fill
+    # without bound (half the host's memory) were they writable. /dev/shm keeps a small one of its own.
+    args += [*(extra or []), "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+             "--remount-ro", "/", "--chdir", chdir, "--clearenv"]
     for name, value in env.items():
         args += ["--setenv", name, value]
     return [*args, *argv]
