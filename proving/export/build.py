@@ -40,7 +40,7 @@ SHARED_MODULES = {  # baton's own stdlib-only modules that the export runs as th
     "compare.py": Path(compare_module.__file__),
     "child_main.py": child_module.CHILD_SCRIPT,
 }
-RUNTIME_MODULES = ("session.py", "offline_tokens.py", "box.py", "sandbox.py")
+RUNTIME_MODULES = ("session.py", "offline_tokens.py", "box.py", "sandbox.py", "agents.py")
 
 
 class ExportError(ValueError):

@@ -122,8 +122,9 @@ def run_tryout(root: Path, facts: ScenarioFacts, model: str | None = None, epoch
     return tryout
 
 
-def eval_export(task_dir: Path, model: Any, epochs: int, log_dir: Path) -> Any:
-    """Run an exported task with Inspect; its EvalLog (TryoutError if Inspect could not)."""
+def eval_export(task_dir: Path, model: Any, epochs: int, log_dir: Path, task_args: dict[str, Any] | None = None) -> Any:
+    """Run an exported task with Inspect (``task_args``: its -T parameters); its EvalLog (TryoutError if Inspect
+    could not)."""
     try:
         import inspect_ai
     except ImportError:
@@ -134,7 +135,7 @@ def eval_export(task_dir: Path, model: Any, epochs: int, log_dir: Path) -> Any:
     try:
         with contextlib.chdir(task_dir):
             (log,) = inspect_ai.eval("task.py", model=model, epochs=epochs, log_dir=str(log_dir.resolve()),
-                                     display="none")
+                                     display="none", task_args=task_args or {})
     except PrerequisiteError as exc:  # e.g. anthropic/... without ANTHROPIC_API_KEY: the user can fix it
         missing = plain(str(getattr(exc, "message", exc)))
         raise TryoutError(f"Inspect cannot use the model {model}: {missing}. Set what it names, or leave "

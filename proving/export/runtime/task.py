@@ -23,17 +23,17 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # baton_runtime/ sits beside this file
 
-from baton_runtime import session  # noqa: E402 - after the path is set
+from baton_runtime import agents, session  # noqa: E402 - after the path is set
 from baton_runtime.box import FRAME_BYTES  # noqa: E402
 from baton_runtime.offline_tokens import provide_o200k  # noqa: E402
 from baton_runtime.sandbox import EXPORT_ROOT, NAME  # noqa: E402 - and registers the sandbox NAME
 from baton_runtime.session import Ran, Scenario  # noqa: E402
 from inspect_ai import Task, task  # noqa: E402
-from inspect_ai.dataset import MemoryDataset, Sample  # noqa: E402
+from inspect_ai.dataset import MemoryDataset  # noqa: E402
 from inspect_ai.log import transcript  # noqa: E402
 from inspect_ai.model import ChatMessageSystem  # noqa: E402
 from inspect_ai.scorer import Score, Target, accuracy, scorer, stderr  # noqa: E402
-from inspect_ai.solver import Generate, TaskState, generate, solver, use_tools  # noqa: E402
+from inspect_ai.solver import Generate, TaskState, solver, use_tools  # noqa: E402
 from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams  # noqa: E402
 from inspect_ai.util import SandboxEnvironment, override_sandbox_output_limit, sandbox, store  # noqa: E402
 
@@ -137,7 +137,7 @@ def say_where_calls_run():  # noqa: ANN201
 @scorer(metrics=[accuracy(), stderr()])
 def baton_scorer():  # noqa: ANN201
     async def score(state: TaskState, target: Target) -> Score:
-        sample = SCENARIO.sample(state.sample_id)
+        sample = SCENARIO.sample(state.metadata.get("baton_id", state.sample_id))  # a run's own sample
         calls, final = store().get(CALLS, []), _data()
         ran = await in_sandbox(session.judge_request(SCENARIO, sample, calls, final))
         verdict = session.judgement(SCENARIO, sample, calls, final, ran)
@@ -149,14 +149,14 @@ def baton_scorer():  # noqa: ANN201
 
 
 # The name is written here as a literal by `baton export`: Inspect reads it from the source.
+# -T agent=NAME runs another agent than the model under test, -T runs=FILE several (baton_runtime/agents.py).
 @task(name="scenario")
-def scenario() -> Task:
-    samples = [Sample(input=s["instruction"], id=s["id"], metadata={"rules": s.get("rules", []), "baton_id": s["id"]})
-               for s in SCENARIO.samples]
+def scenario(agent: str = agents.MODEL, runs: str | None = None) -> Task:
+    samples = agents.dataset(SCENARIO, runs)
     return Task(
         dataset=MemoryDataset(samples, name=SCENARIO.name),
         solver=[say_where_calls_run(), policy_message(), use_tools([scenario_tool(t) for t in SCENARIO.tools]),
-                generate()],
+                agents.solver_for(agent, SCENARIO)],
         scorer=baton_scorer(),
         message_limit=MESSAGE_LIMIT,
         # The export's own sandbox, told which export to bind; `inspect eval task.py --sandbox docker` replaces it.

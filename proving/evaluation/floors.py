@@ -1,0 +1,81 @@
+"""The floor gate (issue 31, item 1): agents that should score 0 on every sample, run on the exported task.
+
+- ``do_nothing``: Inspect's ``mockllm/model``, which answers with a fixed text and calls no tool;
+- ``refuse_all``: records a refusal (or an escalation) for every request, with the tool the scenario has for it,
+  or only says it refuses when there is none;
+- ``reckless``: calls every state-changing tool with the arguments of other requests.
+
+The two last are deterministic solvers of the export's runtime (``-T agent=refuse_all``, runtime/agents.py).
+A sample any of them passes is a finding: its right outcome is not observable in the final state (L1 when the
+scenario has no tool that records a refusal, so the design must add one), or the scorer accepts a shortcut (L4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proving.evaluation.coverage import LOOKING, REFUSING
+from proving.evaluation.exported import RunOutcome, exported_tools, run_agents
+from proving.evaluation.gates import FunctionGate, GateContext, GateResult, register
+from proving.evaluation.quality import Finding
+
+AGENTS = ("do_nothing", "refuse_all", "reckless")
+
+
+def floor_runs(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every sample once per floor agent, as runs of the export (ids ``<sample>~<agent>``)."""
+    return [{"id": f"{s['id']}~{agent}", "sample": s["id"], "agent": agent} for agent in AGENTS for s in samples]
+
+
+def changes_nothing(sample: dict[str, Any]) -> bool:
+    """The sample's right outcome is that nothing changes: its expected actions only look."""
+    return all(LOOKING.match(str(a.get("tool", ""))) for a in sample.get("actions", []))
+
+
+def _calls(outcome: RunOutcome) -> str:
+    made = [f"{c.get('tool')}({', '.join(f'{k}={v!r}' for k, v in (c.get('args') or {}).items())})"
+            + (" -> error" if c.get("error") or _failed(c.get("output")) else "") for c in outcome.calls]
+    return "; ".join(made) or "no call"
+
+
+def _failed(output: Any) -> bool:
+    return isinstance(output, dict) and "error" in output
+
+
+def why(agent: str, sample: dict[str, Any], outcome: RunOutcome, recorder: str | None) -> str:
+    nothing = changes_nothing(sample)
+    if agent == "do_nothing" or (agent == "refuse_all" and recorder is None):
+        if nothing:
+            fix = (f"record the refusal with a tool in its expected actions (this scenario has {recorder})"
+                   if recorder else "the design needs a tool that records a refusal or an escalation, and the sample "
+                   "must use it")
+            return (f"{agent} passed it ({_calls(outcome)}): its right outcome is that nothing changes, so nothing "
+                    f"in the final state tells a refusal from doing nothing; {fix}")
+        return (f"{agent} passed it ({_calls(outcome)}) although its expected actions change the data: the scorer "
+                "does not check their effects")
+    if agent == "refuse_all":
+        return (f"refuse_all passed it ({_calls(outcome)}): refusing or escalating every request with {recorder} "
+                "gives this sample's expected outcome, so nothing tells its decision from a blanket one; the scorer "
+                "should check what only a right decision records (the rule applied, say)")
+    return (f"reckless passed it ({_calls(outcome)}): acting on other requests' ids and amounts left the final "
+            "state as expected" + (" (its calls failed, and the right outcome is that nothing changes)" if nothing
+                                   else "; the scorer does not check these calls' effects"))
+
+
+def floor(ctx: GateContext) -> GateResult:
+    recorders = sorted(t["name"] for t in exported_tools(ctx) if REFUSING.search(t["name"]))
+    recorder = recorders[0] if recorders else None
+    outcomes = run_agents(ctx, "floor", floor_runs(ctx.samples))
+    figures: dict[str, float] = {}
+    findings = []
+    for agent in AGENTS:
+        passed = [s for s in ctx.samples if outcomes[f"{s['id']}~{agent}"].passed]
+        figures[agent] = round(len(passed) / len(ctx.samples), 4) if ctx.samples else 0.0
+        for sample in passed:
+            layer = "L1" if recorder is None and changes_nothing(sample) else "L4"
+            detail = why(agent, sample, outcomes[f"{sample['id']}~{agent}"], recorder)
+            findings.append(Finding.of("floor", layer, detail, sample=str(sample["id"])))
+    return GateResult({"floor": figures}, findings)
+
+
+register(FunctionGate("floor", floor))
