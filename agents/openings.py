@@ -7,6 +7,8 @@ in their tagged form (docs/architecture.md, "The iteration loop").
 
 from __future__ import annotations
 
+from typing import Any
+
 from agents.payloads import ExecuteToInit, InitToExecute, render_payload
 from context.redaction import redact
 
@@ -20,10 +22,12 @@ def scenario_line(scenario: str, example: str | None = None) -> str:
 
 def init_opening(
     scenario: str, iteration: int, *, feedback: str | None = None, report: ExecuteToInit | None = None,
-    note: str | None = None, example: str | None = None,
+    note: str | None = None, example: str | None = None, gates: dict[str, Any] | None = None,
 ) -> str:
     """Init's opening: the brief (iteration 1), a human's rejection, or Execute's report. ``note``: what
-    baton adds at the end (agents.mentions: the files the brief or the feedback mentions)."""
+    baton adds at the end (agents.mentions: the files the brief or the feedback mentions). ``gates``: what the
+    gates said of the iteration (``quality``: figures, unmet targets; ``findings``, each with its class), merged
+    into the execute_to_init payload Init reads."""
     lines = [f"Iteration: {iteration}", scenario_line(scenario, example), ""]
     if feedback is not None:
         lines += [
@@ -32,6 +36,19 @@ def init_opening(
             "",
             "Revise the design documents under design/ to address it, "
             f"then call SubmitHandoff again for iteration {iteration}.",
+        ]
+    elif report is not None and gates:
+        unmet = (gates.get("quality") or {}).get("unmet_targets") or []
+        missed = f" ({'; '.join(unmet)})" if unmet else ""
+        lines += [
+            f"Iteration {report.iteration} did not meet every target{missed}. Execute's report, with what baton's "
+            "gates found after it (quality: the figures; findings: each with its gate, sample, rule and class):",
+            render_payload(report, gates),
+            "",
+            ("Fix the design problems (layer 1) it lists and answer every finding: an L1 finding by changing the "
+             "design documents, an L4 finding by telling Execute which samples to fix, add or remove (in "
+             "changes_since_last_iteration or acceptance_criteria.notes). Then call SubmitHandoff with an "
+             f"init_to_execute payload for iteration {iteration}, listing what you changed."),
         ]
     elif report is not None:
         lines += [

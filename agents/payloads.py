@@ -131,10 +131,12 @@ def payload_dict(payload: Payload) -> dict[str, Any]:
     return redact_value(payload.model_dump(mode="json"))
 
 
-def render_payload(payload: Payload) -> str:
-    """``<kind_context>{json}</kind_context>`` for the receiving agent's opening message."""
+def render_payload(payload: Payload, extra: dict[str, Any] | None = None) -> str:
+    """``<kind_context>{json}</kind_context>`` for the receiving agent's opening message. ``extra``: what baton
+    adds to the agent's payload (the gates' ``quality`` and ``findings`` on an execute_to_init one), merged in
+    after it, redacted like it."""
     tag = f"{payload.kind}_context"
-    body = json.dumps(payload_dict(payload), ensure_ascii=False, indent=2)
+    body = json.dumps(payload_dict(payload) | redact_value(extra or {}), ensure_ascii=False, indent=2)
     # "</" cannot appear in the JSON (JSON allows "\/"), so text inside a field
     # can never close the tag early.
     body = body.replace("</", "<\\/")

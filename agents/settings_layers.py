@@ -48,7 +48,9 @@ from agents.config import (
     flatten,
 )
 from agents.pricing import Price
+from agents.proving_settings import check_table, resolve
 from agents.role import ROLES, Role
+from proving.evaluation.gates import ProvingSettings
 from scenarios.confined import IsFolder, Missing
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import StoreError
@@ -83,7 +85,15 @@ class ScenarioConfig(BaseModel):
     name: str = Field(min_length=1)
     description: str = ""
     target_success_rate: float = Field(0.85, ge=0, le=1)
+    # The targets of the gates that run after Execute's handoff (docs/proving.md): a floor agent passes at most
+    # target_floor of the samples, the blind solver solves at least target_solvable_share of them, and at least
+    # target_coverage of the design's rules are exercised. A target whose gate is not in [proving] gates is not
+    # measured (status says so); a gate that is configured but could not run misses its target.
+    target_floor: float = Field(0.0, ge=0, le=1)
+    target_solvable_share: float = Field(1.0, ge=0, le=1)
+    target_coverage: float = Field(1.0, ge=0, le=1)
     max_iterations: int = Field(3, ge=1, le=1_000)
+    proving: dict[str, Any] = Field(default_factory=dict)  # [proving]: agents.proving_settings checks it
     profile: str | None = None
     agents: dict[str, Any] = Field(default_factory=dict)
     prices: dict[str, Price] = Field(default_factory=dict)  # by model id, over agents.pricing.DEFAULT_PRICES
@@ -94,6 +104,12 @@ class ScenarioConfig(BaseModel):
         if profile is not None and profile not in PROFILES:
             raise ValueError(unknown_profile_message(profile))
         return profile
+
+    @field_validator("proving")
+    @classmethod
+    def _known_proving_keys(cls, proving: dict[str, Any]) -> dict[str, Any]:
+        check_table(proving)
+        return proving
 
     @field_validator("agents")
     @classmethod
@@ -423,6 +439,12 @@ def parse_int(text: str) -> int:
     if value != value.to_integral_value():
         raise ValueError("expected a whole number")
     return int(value)
+
+
+def proving_settings(root: Path, env: Mapping[str, str] | None = None) -> ProvingSettings:
+    """How the gates prove the scenario at ``root``: its scenario.toml ``[proving]``, then ``BATON_PROVING_*``."""
+    toml = scenario_toml_path(root)
+    return resolve(load_scenario_config(toml).proving, toml, env)
 
 
 def scenario_prices(root: Path) -> dict[str, Price]:

@@ -17,7 +17,8 @@ from scenarios.store import Layout, StoreError
 
 RUN_JSON_BYTES = 4 * 1024 * 1024  # a run record is a few kilobytes; more is not one
 
-Phase = Literal["designing", "awaiting_approval", "executing", "done"]
+# proving: the gates (proving.evaluation.gates) run on the iteration Execute handed off, and decide "done".
+Phase = Literal["designing", "awaiting_approval", "executing", "proving", "done"]
 Status = Literal["running", "waiting", "succeeded", "failed_target", "error"]
 
 
@@ -30,6 +31,10 @@ class IterationResult(BaseModel):
     success_rate: float
     passed: int
     total: int
+    # What the gates measured (workers.targets.figure_summary: floor, mutation, solvable, coverage, duplicates,
+    # findings), and the targets the iteration missed, each said in words. Absent in run.json written before them.
+    figures: dict[str, Any] = Field(default_factory=dict)
+    unmet: list[str] = Field(default_factory=list)
 
 
 class RunRecord(BaseModel):
@@ -43,6 +48,11 @@ class RunRecord(BaseModel):
     profile: str | None = None  # the settings profile the run started with (e.g. "demo"); every task uses it
     max_iterations: int = Field(3, ge=1)
     target_success_rate: float = Field(0.85, ge=0, le=1)
+    # The gates' targets (scenario.toml; defaults for a run.json written before them): every floor agent's pass
+    # share at most target_floor, the blind solver's solvable share and the rules' coverage at least theirs.
+    target_floor: float = Field(0.0, ge=0, le=1)
+    target_solvable_share: float = Field(1.0, ge=0, le=1)
+    target_coverage: float = Field(1.0, ge=0, le=1)
     results: list[IterationResult] = Field(default_factory=list)
     feedback: str | None = None  # the last rejection, carried into Init's next opening
     # Each agent's model on the real API, resolved from its line once and kept for the run

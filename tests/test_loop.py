@@ -144,11 +144,14 @@ def test_a_claimed_success_rate_does_not_end_the_run_succeeded(root):
     assert "success_rate: claimed 1.0, report.json says 0.8" in record.last_error
 
 
-def test_the_run_is_decided_on_the_reports_figures(root):
-    from workers.loop import do_phase
+def test_the_run_is_decided_on_the_reports_figures(root, monkeypatch):
+    from workers.loop import Task, do_phase, do_proving
 
+    monkeypatch.setenv("BATON_PROVING_GATES", "duplicate")  # no design here: coverage would be unmeasured
     _executed(root, claimed_rate=0.9, passed=9)
-    do_phase(root)
+    assert do_phase(root) == [Task(kind="proving", scenario=root.name)]  # the gates decide, after the handoff
+    assert load_run(root).phase == "proving"
+    do_proving(root)
     record = load_run(root)
     assert (record.phase, record.status) == ("done", "succeeded")
     assert [(r.success_rate, r.passed, r.total) for r in record.results] == [(0.9, 9, 10)]

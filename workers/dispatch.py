@@ -181,8 +181,10 @@ def outcome(root: Path) -> int:
     if record.status == "succeeded":
         return 0
     if record.status == "failed_target":
-        last = record.results[-1].success_rate if record.results else 0.0
-        say(Text(f"{name} finished below its target: {last:.0%} < {record.target_success_rate:.0%} after "
+        last = record.results[-1] if record.results else None
+        missed = "; ".join(last.unmet) if last is not None and last.unmet else \
+            f"{last.success_rate if last else 0.0:.0%} < {record.target_success_rate:.0%}"
+        say(Text(f"{name} finished below its target: {missed} after "
                  f"{record.iteration} iteration(s); raise max_iterations in scenario.toml and run again, "
                  "or revise brief.md", style="yellow"))
         return 1

@@ -1,5 +1,7 @@
 """``baton evaluate NAME [--iteration N]``: an iteration's evaluation run again from what is on
-disk, without a model: a person who fixed a checker by hand re-checks it (docs/evaluation.md).
+disk, without a model: a person who fixed a checker by hand re-checks it (docs/evaluation.md). Then the
+gates that prove the scenario run again on it (the scenario's ``[proving]`` settings; ``--no-gates`` skips
+them), their ``quality`` is written into report.json and their figures and findings are printed.
 The same sandbox and limits as the run's own evaluations (the execute agent's settings, under
 the run's profile). Registered on the CLI by ``workers/cli.py``."""
 
@@ -13,14 +15,17 @@ import typer
 from rich.text import Text
 
 from agents.config import ConfigError
-from agents.settings_layers import resolve_config
+from agents.settings_layers import proving_settings, resolve_config
+from proving.evaluation.gates import prove
+from proving.evaluation.quality import Quality
 from proving.evaluation.run import EvaluationError, run_evaluation
 from scenarios.folder import Folder
-from scenarios.run import load_run
+from scenarios.run import claim_run, load_run
 from scenarios.store import Layout
 from workers import loop
 from workers.errors import CliError, guarded
-from workers.render import moving, new_table, out, say
+from workers.render import figures_line, moving, new_table, out, say
+from workers.targets import figure_summary
 
 LABEL = "baton evaluate"
 REASON_CHARS = 160
@@ -31,6 +36,8 @@ def evaluate(
     iteration: Annotated[int | None, typer.Option(
         min=1, help="which iteration [default: the last one with outputs]")] = None,
     profile: Annotated[str | None, typer.Option(help="settings profile [default: the run's]")] = None,
+    gates: Annotated[bool, typer.Option(
+        "--gates/--no-gates", help="run the gates (coverage, duplicates, floors...) after the evaluation")] = True,
 ) -> None:
     """Run an iteration's evaluation again from disk (no model) and print the report."""
     root = loop.scenario_root(name)
@@ -52,6 +59,37 @@ def evaluate(
     except (EvaluationError, ConfigError) as exc:
         raise CliError(str(exc)) from None
     show(root, report)
+    if gates:
+        show_quality(root, chosen, run_gates(root, chosen))
+
+
+def run_gates(root: Path, iteration: int) -> Quality:
+    """The configured gates on the iteration just evaluated; their quality written into its report.json."""
+    try:
+        settings = proving_settings(root)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    quality = prove(root, iteration, settings)
+    report = loop.raw_report(root, iteration)
+    loop.write_quality(root, iteration, {k: v for k, v in report.items() if k != "quality"}, quality, claim_run(root))
+    return quality
+
+
+def show_quality(root: Path, iteration: int, quality: Quality) -> None:
+    summary = figure_summary(quality)
+    say(Text(f"gates: {', '.join(quality.ran) or 'none ran'}; " + figures_line(summary)))
+    for gate, why in quality.skipped.items():
+        say(Text(f"  {gate} did not run: {why}", style="yellow"))
+    if quality.findings:
+        table = new_table("gate", "class", "sample", "rule", "finding")
+        for finding in quality.findings:
+            detail = finding.detail
+            table.add_row(finding.gate, finding.class_, finding.sample or "-", finding.rule or "-",
+                          detail if len(detail) <= REASON_CHARS else detail[: REASON_CHARS - 3] + "...")
+        out.print(table)
+    else:
+        say(Text("no findings"))
+    say(Text(f"written: {Layout(root).outputs(iteration)}/report.json (quality)"))
 
 
 def iterations(root: Path) -> list[int]:

@@ -6,8 +6,10 @@ embedded runner only execute those tasks and dispatch what they return, so
 both run exactly the same loop.
 
 designing (Init) -> awaiting_approval (HITL-1; skipped with auto_approve)
--> executing (Execute) -> done when the success rate meets the target, else
-back to designing with Execute's report, until max_iterations.
+-> executing (Execute) -> proving (the gates of proving.evaluation.gates, a task of
+its own on the execute queue: they may take tens of seconds) -> done when every
+target is met (workers.targets), else back to designing with Execute's report and
+the gates' findings, until max_iterations.
 """
 
 from __future__ import annotations
@@ -35,14 +37,23 @@ from agents.outcomes import CompactionOutcome, StepOutcome
 from agents.payloads import ExecuteToInit, InitToExecute, parse_payload_dict
 from agents.pricing import price_for
 from agents.role import Role
-from agents.settings_layers import load_scenario_config, resolve_agents, scenario_prices, setting_sources
+from agents.settings_layers import (
+    load_scenario_config,
+    proving_settings,
+    resolve_agents,
+    scenario_prices,
+    setting_sources,
+)
 from agents.step import compaction_before, run_step
 from agents.tools.handoff import KIND, handoff_path
+from proving.evaluation.gates import ProvingSettings, prove
+from proving.evaluation.quality import Quality
 from scenarios.folder import EVERY, RECORD_BYTES, Folder
 from scenarios.lease import Lease, LeaseLost
 from scenarios.run import IterationResult, RunRecord, archive_run, claim_run, example_copied, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name
 from workers.pinning import pin_models
+from workers.targets import figure_summary, unmet_targets
 
 SCENARIOS_ENV = "BATON_SCENARIOS_DIR"
 REQUIRED = ("totals.samples", "totals.passed", "success_rate")  # report.json figures "done" is decided on
@@ -52,7 +63,7 @@ log = logging.getLogger(__name__)
 class Task(BaseModel):
     """One unit of work. Arguments are ids only: never payloads, never secrets."""
 
-    kind: Literal["step", "compaction", "phase"]
+    kind: Literal["step", "compaction", "phase", "proving"]
     scenario: str
     agent: Role | None = None
     # The step due (step) or the last finished step (compaction). Strict: "3" or 3.5 is a sender's bug.
@@ -65,7 +76,7 @@ class Task(BaseModel):
 
     @model_validator(mode="after")
     def _complete(self) -> Task:
-        if self.kind != "phase" and (self.agent is None or self.number is None):
+        if self.kind in ("step", "compaction") and (self.agent is None or self.number is None):
             raise ValueError(f"a {self.kind} task needs an agent (init or execute) and a step number")
         return self
 
@@ -139,7 +150,9 @@ def start(root: Path, *, auto_approve: bool = False, profile: str | None = None)
     settings = load_scenario_config(Layout(root).toml)
     archive_run(root)  # a finished run, or leftovers without a run.json, move aside whole
     save_run(root, RunRecord(scenario=root.name, auto_approve=auto_approve, profile=profile,
-                             max_iterations=settings.max_iterations, target_success_rate=settings.target_success_rate),
+                             max_iterations=settings.max_iterations, target_success_rate=settings.target_success_rate,
+                             target_floor=settings.target_floor, target_solvable_share=settings.target_solvable_share,
+                             target_coverage=settings.target_coverage),
              claim_run(root))
     return resume(root)
 
@@ -160,6 +173,8 @@ def resume(root: Path) -> list[Task]:
         lease, record = _claimed(root)
         assert record is not None
         record = save_run(root, record.model_copy(update={"status": "running", "last_error": None}), lease)
+    if record.phase == "proving":
+        return [Task(kind="proving", scenario=root.name)]  # gates cut short run again (or decide on what they wrote)
     agent: Role | None = {"designing": "init", "executing": "execute"}.get(record.phase)  # type: ignore[assignment]
     if agent is None:
         return []
@@ -189,8 +204,25 @@ def _ensure_opening(root: Path, record: RunRecord) -> None:
     assert report is None or isinstance(report, ExecuteToInit)
     # The brief is Init's to read (the opening names it); the files it mentions are noted here.
     note = mention_note(root, _brief_text(root)) if report is None else None
-    text = init_opening(root.name, n, report=report, note=note, example=example)
+    gates = _gates_for_init(root, record, n - 1) if report is not None else None
+    text = init_opening(root.name, n, report=report, note=note, example=example, gates=gates)
     open_turn(root, "init", n, text, key=f"iteration-{n}")
+
+
+def _gates_for_init(root: Path, record: RunRecord, iteration: int) -> dict[str, Any] | None:
+    """What the gates said of ``iteration`` for Init's next opening: its findings (each with its class), the
+    figures and the targets missed; None when no gate ran on it (a run from before the gates)."""
+    try:
+        report = Folder(root).read_json(Layout(root).outputs(iteration) / "report.json", "report", RECORD_BYTES)
+        quality = Quality.model_validate(report["quality"]) if isinstance(report, dict) and "quality" in report \
+            else None
+    except (StoreError, ValueError):
+        quality = None
+    result = next((r for r in record.results if r.iteration == iteration), None)
+    if quality is None:
+        return None
+    return {"quality": {"figures": figure_summary(quality), "unmet_targets": result.unmet if result else []},
+            "findings": [finding.as_json() for finding in quality.findings]}
 
 
 def _brief_text(root: Path) -> str | None:
@@ -336,7 +368,51 @@ def _after_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     result = IterationResult(iteration=record.iteration, success_rate=rate,
                              passed=report["passed"], total=report["total"])
     results = [r for r in record.results if r.iteration != record.iteration] + [result]
-    if rate >= record.target_success_rate:
+    save_run(root, record.model_copy(update={"phase": "proving", "results": results}), lease)
+    return resume(root)
+
+
+def do_proving(root: Path, team: Team | None = None, env: Mapping[str, str] | None = None) -> list[Task]:
+    """Run the gates on the iteration Execute handed off, write their ``quality`` into its report.json and decide:
+    done when every target is met, else the next design (with the findings) or the end at max_iterations.
+
+    The gates run before the run's lease is claimed (they may take tens of seconds, and only read); the write
+    and the decision happen under it. A report that already carries ``quality`` (a task cut short after writing
+    it, or a duplicate) is decided on as it is; otherwise the gates run again from the disk."""
+    record = load_run(root)
+    if record is None or record.finished or record.phase != "proving":
+        return []  # a duplicate, or a run that moved on: answered from a plain read, claiming nothing
+    n = record.iteration
+    try:
+        settings = proving_settings(root, env)
+        raw = raw_report(root, n)
+        quality = Quality.model_validate(raw["quality"]) if "quality" in raw else prove(root, n, settings)
+    except (ConfigError, StoreError, ValueError) as exc:
+        lease, record = _claimed(root)
+        if record is not None and record.phase == "proving":
+            save_run(root, record.model_copy(update={"status": "error", "last_error": f"proving: {exc}"}), lease)
+        return []
+    lease, record = _claimed(root)
+    if record is None or record.finished or record.phase != "proving" or record.iteration != n:
+        return []
+    try:
+        if "quality" not in raw:
+            write_quality(root, n, raw, quality, lease)
+        following = _decide(root, record, lease, quality, settings)
+    except LeaseLost as exc:
+        log.warning("%s: proving's decision discarded: %s", root.name, exc)
+        return []
+    return following if team is None else first_steps(root, team, following)
+
+
+def _decide(root: Path, record: RunRecord, lease: Lease, quality: Quality, settings: ProvingSettings) -> list[Task]:
+    report = _report(root, record.iteration)
+    rate = float(report["success_rate"])
+    unmet = unmet_targets(record, rate, quality, list(settings.gates))
+    result = IterationResult(iteration=record.iteration, success_rate=rate, passed=report["passed"],
+                             total=report["total"], figures=figure_summary(quality), unmet=unmet)
+    results = [r for r in record.results if r.iteration != record.iteration] + [result]
+    if not unmet:
         save_run(root, record.model_copy(update={"phase": "done", "status": "succeeded", "results": results}), lease)
         return []
     if record.iteration >= record.max_iterations:
@@ -346,6 +422,20 @@ def _after_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     save_run(root, record.model_copy(update={"phase": "designing", "iteration": record.iteration + 1,
                                              "results": results, "feedback": None}), lease)
     return resume(root)
+
+
+def write_quality(root: Path, iteration: int, report: dict[str, Any], quality: Quality, lease: Lease) -> None:
+    """report.json with the gates' ``quality`` added: baton's write, under the run's lease."""
+    Folder(root).write_json(Layout(root).outputs(iteration) / "report.json",
+                            {**report, "quality": quality.model_dump(mode="json", by_alias=True)}, lease)
+
+
+def raw_report(root: Path, iteration: int) -> dict[str, Any]:
+    path = Layout(root).outputs(iteration) / "report.json"
+    report = Folder(root).read_json(path, f"iteration {iteration}'s evaluation report", RECORD_BYTES)
+    if not isinstance(report, dict):
+        raise StoreError(f"{path} is not a JSON object; re-run the evaluation, then `baton resume`")
+    return report
 
 
 def _report(root: Path, iteration: int) -> dict[str, Any]:
@@ -385,4 +475,6 @@ def run_task(task: Task, team: Team, root: Path) -> tuple[StepOutcome | Compacti
         return do_step(root, team, task.agent, task.number)
     if task.kind == "compaction":
         return do_compaction(root, team, task.agent, task.number)
+    if task.kind == "proving":
+        return None, do_proving(root, team)
     return None, do_phase(root, team)

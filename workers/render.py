@@ -31,7 +31,9 @@ from workers.readmodel import (
 )
 from workers.spend import RunSpend, read_spend
 
-ACTORS = {"designing": " (Init)", "executing": " (Execute)", "awaiting_approval": " (your turn)"}
+ACTORS = {"designing": " (Init)", "executing": " (Execute)", "proving": " (the gates)",
+          "awaiting_approval": " (your turn)"}
+WIDE = 100  # below this many columns the detail tables take their compact form (status must read at 80)
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -41,14 +43,49 @@ def say(text: Text) -> None:
     out.print(text, soft_wrap=True)
 
 
-def new_table(*headers: str, **options: Any) -> Table:
+def new_table(*headers: str, keep: int = 0, **options: Any) -> Table:
     """A table whose rows stay one line each when piped or captured (``grep``, ``awk``, logs): cells are cut
-    with an ellipsis rather than wrapped. On a terminal they wrap to fit the window, as rich does."""
+    with an ellipsis rather than wrapped. On a terminal they wrap to fit the window, as rich does. The first
+    ``keep`` columns (what names a row: an iteration, an agent) are never shrunk below their header; give them
+    their content's width with ``fit_first``."""
     piped = not out.is_terminal
     grid = Table(**options)
-    for header in headers:
-        grid.add_column(header, no_wrap=piped, overflow="ellipsis")
+    for i, header in enumerate(headers):
+        grid.add_column(header, no_wrap=piped, overflow="ellipsis", min_width=len(header) if i < keep else None)
     return grid
+
+
+def fit_first(table: Table, keep: int) -> Table:
+    """The first ``keep`` columns widened to their longest cell, so rich shrinks the others first."""
+    for column in table.columns[:keep]:
+        cells = [Text(c) if isinstance(c, str) else c for c in column.cells]
+        column.min_width = max([len(str(column.header)), *(c.cell_len for c in cells if isinstance(c, Text))])
+    return table
+
+
+def narrow() -> bool:
+    return out.width < WIDE
+
+
+def share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def figures_line(f: dict[str, Any]) -> str:
+    """The gates' figures of one iteration in a line (``workers.targets.figure_summary``); '-': not measured."""
+    if not f:
+        return "gates: not run"
+    solver = f" ({f['solver']}, pass^k {share(f.get('pass_hat_k'))})" if f.get("solver") else ""
+    floors = f.get("floor_agents") or {}
+    floor = share(f.get("floor")) + (f" ({', '.join(f'{a} {v:.0%}' for a, v in floors.items())})" if floors else "")
+    dups = "-" if f.get("duplicates") is None else str(f["duplicates"])
+    return (f"floor {floor}, mutation score {share(f.get('mutation_score'))}, solvable {share(f.get('solvable_share'))}"
+            f"{solver}, coverage {share(f.get('coverage'))}, duplicates {dups}, findings {f.get('findings', 0)}")
+
+
+def targets_line(record: RunRecord) -> str:
+    return (f"targets: success rate >= {record.target_success_rate:.0%}, floor <= {record.target_floor:.0%}, "
+            f"solvable share >= {record.target_solvable_share:.0%}, coverage >= {record.target_coverage:.0%}")
 
 
 # ---- pieces --------------------------------------------------------------------------------
@@ -110,7 +147,7 @@ def ago(seconds: float) -> str:
 
 def moving(record: RunRecord | None) -> bool:
     """A phase in which agents should be stepping: ``running`` on disk, whether or not anything runs it."""
-    return record is not None and not record.finished and record.phase in ("designing", "executing")
+    return record is not None and not record.finished and record.phase in ("designing", "executing", "proving")
 
 
 def activity_line(activity: Activity, name: str) -> Text:
@@ -138,16 +175,18 @@ def activity_line(activity: Activity, name: str) -> Text:
 
 
 def agents_table(snap: Snapshot, detailed: bool = False) -> Table:
-    columns = ("agent", "model", "steps", "context (last step, estimated, vs threshold)", "compactions")
-    table = new_table(*columns, *(("circuit breaker",) if detailed else ()))
+    small = narrow()
+    context = "context vs threshold" if small else "context (last step, estimated, vs threshold)"
+    columns = ("agent", "model", "steps", context, "compactions")
+    table = new_table(*columns, *(("breaker" if small else "circuit breaker",) if detailed else ()), keep=3)
     for view in snap.agents.values():
         model = model_cell(view, snap.pins.get(view.role))
         compactions = f"{len(view.compactions)}" + (f" ({view.fallbacks} fallback)" if view.fallbacks else "")
-        row: list[Any] = [view.role, model, str(view.steps), gauge(view), compactions]
+        row: list[Any] = [view.role, model, str(view.steps), gauge(view, small), compactions]
         if detailed:
             row.append(view.breaker)
         table.add_row(*row)
-    return table
+    return fit_first(table, 3)
 
 
 def model_cell(view: AgentView, pin: PinnedModel | None) -> Text:
@@ -167,21 +206,25 @@ def _dollars(value: float | None) -> str:
 
 def spend_table(spend: RunSpend) -> Table:
     """Tokens by kind and their cost: per agent, its iterations and its compactions."""
-    table = new_table("agent", "model", "input", "cache write", "cache read", "output", "cost", "saved by cache",
-                      title="what the run spent", title_justify="left")
+    small = narrow()  # at 80 columns: tokens in thousands, short headers, the model left to the agents' table
+    number = (lambda n: kilo(n) if n else "0") if small else (lambda n: f"{n:,}")
+    headers = ("input", "cache w", "cache r", "output", "cost", "saved") if small else \
+        ("input", "cache write", "cache read", "output", "cost", "saved by cache")
+    table = new_table("agent", *(() if small else ("model",)), *headers, keep=1,
+                      title="what the run spent" + (" (tokens in thousands)" if small else ""), title_justify="left")
     for agent in spend.agents.values():
         rows = [(agent.role, agent.total), *((f"  iteration {n}", s) for n, s in agent.by_iteration.items()),
                 (f"  {len(agent.per_compaction)} compaction(s)", agent.compactions)]
         for i, (label, part) in enumerate(rows):
             t = part.tokens
-            model = (agent.model or "simulated") if i == 0 else ""
-            table.add_row(label, model, f"{t.input:,}", f"{t.cache_write:,}", f"{t.cache_read:,}", f"{t.output:,}",
-                          _dollars(part.cost_usd), _dollars(part.saved_by_cache_usd))
+            model = () if small else ((agent.model or "simulated") if i == 0 else "",)
+            table.add_row(label, *model, number(t.input), number(t.cache_write), number(t.cache_read),
+                          number(t.output), _dollars(part.cost_usd), _dollars(part.saved_by_cache_usd))
     total = spend.total
-    table.add_row("total", "", f"{total.tokens.input:,}", f"{total.tokens.cache_write:,}",
-                  f"{total.tokens.cache_read:,}", f"{total.tokens.output:,}", _dollars(total.cost_usd),
+    table.add_row("total", *(() if small else ("",)), number(total.tokens.input), number(total.tokens.cache_write),
+                  number(total.tokens.cache_read), number(total.tokens.output), _dollars(total.cost_usd),
                   _dollars(total.saved_by_cache_usd), style="bold")
-    return table
+    return fit_first(table, 1)
 
 
 def spend_note(spend: RunSpend) -> Text | None:
@@ -197,14 +240,38 @@ def spend_note(spend: RunSpend) -> Text | None:
 
 
 def iterations_table(root: Path, record: RunRecord) -> Table:
-    table = new_table("iteration", "success rate", "passed", "report", "tryout (baton try)")
+    """Each iteration's success rate and the gates' figures ('-': not measured); the targets are
+    ``targets_line``'s, what each iteration missed and its tryout go beneath (``iteration_notes``)."""
+    small = narrow()  # at 80 columns: "iter", and passed/total left to `baton status --json`
+    table = new_table("iter" if small else "iteration", "success", *(() if small else ("passed",)), "floor",
+                      "mutants", "solvable", "coverage", "dups", "findings", keep=1)
     for r in record.results:
-        report = Layout(root).outputs(r.iteration) / "report.json"
-        tryout = read_tryout(root, r.iteration)
-        table.add_row(str(r.iteration), f"{r.success_rate:.0%} (target {record.target_success_rate:.0%})",
-                      f"{r.passed}/{r.total}", str(report) if Folder(root).is_file(report) else "-",
-                      tryout.summary() if tryout else "-")
-    return table
+        f = r.figures
+        dups = "-" if f.get("duplicates") is None else str(f["duplicates"])
+        table.add_row(str(r.iteration), share(r.success_rate), *(() if small else (f"{r.passed}/{r.total}",)),
+                      share(f.get("floor")), share(f.get("mutation_score")), share(f.get("solvable_share")),
+                      share(f.get("coverage")), dups, str(f.get("findings", 0)) if f else "-")
+    return fit_first(table, 1)
+
+
+def iteration_notes(root: Path, record: RunRecord) -> list[Text]:
+    """Under the iterations table: what each iteration missed, gates that did not run, tryouts, the reports."""
+    lines: list[Text] = []
+    for r in record.results:
+        if r.unmet:
+            lines.append(Text(f"iteration {r.iteration} missed: {'; '.join(r.unmet)}", style="yellow"))
+        for gate, why in (r.figures.get("skipped") or {}).items():
+            lines.append(Text(f"iteration {r.iteration}: the {gate} gate did not run ({why})", style="yellow"))
+        if r.figures.get("solver"):
+            lines.append(Text(f"iteration {r.iteration} solver: {r.figures['solver']}"))
+        if tryout := read_tryout(root, r.iteration):
+            lines.append(Text(f"iteration {r.iteration} tryout (baton try): {tryout.summary()}"))
+    reports = [r.iteration for r in record.results
+               if Folder(root).is_file(Layout(root).outputs(r.iteration) / "report.json")]
+    if reports:
+        lines.append(Text(f"reports: {Layout(root).outputs(reports[-1]).parent}/iteration_<n>/report.json "
+                          f"(n = {', '.join(map(str, reports))})", style="dim"))
+    return lines
 
 
 def layers_table(role: str, assembled: Any, config: Any, last: AgentView | None = None) -> Table:
@@ -238,8 +305,9 @@ def status_report(root: Path) -> None:
         out.print(simulated_banner())
     out.print(Text.assemble((name, "bold"), f": {where(record)}"))
     if record is not None:
-        say(Text(f"target {record.target_success_rate:.0%}, success rates: {rates(record)}, "
-                 f"auto-approve {'on' if record.auto_approve else 'off'}, updated {record.updated_at}"))
+        say(Text(f"success rates: {rates(record)}, auto-approve {'on' if record.auto_approve else 'off'}, "
+                 f"updated {record.updated_at}"))
+        say(Text(targets_line(record)))
         if record.last_error:
             say(Text.assemble(("last error: ", "bold red"), record.last_error))
         if record.status == "error":
@@ -248,6 +316,8 @@ def status_report(root: Path) -> None:
             say(activity_line(read_activity(snap), name))
         if record.results:
             out.print(iterations_table(root, record))
+            for line in iteration_notes(root, record):
+                say(line)
     out.print(agents_table(snap, detailed=True))
     spend = read_spend(root)
     if spend.total.tokens.output:
@@ -290,6 +360,7 @@ class Progress:
         self.seen: dict[str, int] = {}
         self.phase = ""
         self.results = 0
+        self.proved: set[int] = set()  # iterations whose gates' figures were shown
         self.simulated = simulated
         if simulated:
             out.print(simulated_banner())
@@ -309,6 +380,7 @@ class Progress:
     def baseline(self, snap: Snapshot) -> None:
         """Mark what is already on disk as seen: a resumed run reports only what it adds."""
         self.results = len(snap.record.results) if snap.record else 0
+        self.proved = {r.iteration for r in snap.record.results if r.figures} if snap.record else set()
         for view in snap.agents.values():
             for kind, entries in (("compaction", view.compactions), ("warning", view.warnings), ("error", view.errors)):
                 self.seen[f"{view.role}:{kind}"] = len(entries)
@@ -330,6 +402,11 @@ class Progress:
                 say(Text(f"» iteration {result.iteration}: success rate {result.success_rate:.0%} "
                          f"({result.passed}/{result.total}), target {record.target_success_rate:.0%}"))
             self.results = len(record.results)
+            for result in record.results:
+                if result.figures and result.iteration not in self.proved:
+                    self.proved.add(result.iteration)
+                    verdict = "every target met" if not result.unmet else "missed: " + "; ".join(result.unmet)
+                    say(Text(f"» iteration {result.iteration} gates: {figures_line(result.figures)}; {verdict}"))
             phase = f"iteration {record.iteration}: {record.phase}"
             if phase != self.phase:
                 self.phase = phase
@@ -354,7 +431,10 @@ def summary(root: Path) -> None:
     out.print(Text.assemble(("\nsummary ", "bold"), (root.name, "bold"), f": {where(record)}",
                             ("   SIMULATED" if snap.simulated else "", "bold reverse magenta")))
     if record is not None and record.results:
+        say(Text(targets_line(record)))
         out.print(iterations_table(root, record))
+        for line in iteration_notes(root, record):
+            say(line)
     out.print(agents_table(snap))
     if record is not None and record.last_error:
         say(Text.assemble(("last error: ", "bold red"), record.last_error))

@@ -28,11 +28,11 @@ from pydantic import ValidationError
 from agents import tracing
 from agents.events import StepEvent, read_events
 from scenarios.lease import LeaseBusy
-from scenarios.run import load_run
+from scenarios.run import RunRecord, load_run
 from scenarios.store import Layout, StoreError
 from workers.app import COMPACTION_PRIORITY, STEP_PRIORITY, VISIBILITY_TIMEOUT_S, app
 from workers.lock_ttl import lock_ttl_s
-from workers.loop import Task, Team, do_compaction, do_phase, do_step, scenario_root
+from workers.loop import Task, Team, do_compaction, do_phase, do_proving, do_step, scenario_root
 from workers.scenario_lock import ScenarioBusy, shared_scenario_lock
 from workers.task_trace import finish, headers_for, received, task_span
 
@@ -51,6 +51,7 @@ SIGNATURES = {
     "step": "(scenario, agent, step): a scenario name, init or execute, and the step number due (>= 0)",
     "compaction": "(scenario, agent, after_step): a scenario name, init or execute, and the last finished step",
     "phase": "(scenario): a scenario name",
+    "proving": "(scenario): a scenario name",
 }
 
 
@@ -156,6 +157,8 @@ def shadow_name(task: Task, iteration: int | None) -> str:
         return f"baton.step {task.scenario}/{task.agent}{within} step {task.number}"
     if task.kind == "compaction":
         return f"baton.compaction {task.scenario}/{task.agent}{within} after step {task.number}"
+    if task.kind == "proving":
+        return f"baton.proving {task.scenario}{within}"
     return f"baton.phase {task.scenario}{within}"
 
 
@@ -175,6 +178,9 @@ def dispatch(tasks: list[Task], headers: list[tracing.Carrier] | None = None) ->
         elif task.kind == "compaction":
             app.send_task("baton.compaction", args=[task.scenario, task.agent, task.number], queue="compaction",
                           priority=COMPACTION_PRIORITY, shadow=shadow, headers=sent)
+        elif task.kind == "proving":  # the gates may take tens of seconds: on a step queue, never compaction's
+            app.send_task("baton.proving", args=[task.scenario], queue="execute", priority=STEP_PRIORITY,
+                          shadow=shadow, headers=sent)
         else:
             app.send_task("baton.phase", args=[task.scenario], queue="compaction", priority=COMPACTION_PRIORITY,
                           shadow=shadow, headers=sent)
@@ -301,3 +307,47 @@ def phase_task(self: CeleryTask, scenario: str) -> dict:
         raise retry(self, exc, what) from None
     sent = dispatch_once(self, following, headers)
     return {"scenario": scenario, "next": [t.model_dump() for t in sent]}
+
+
+def proving_line(record: RunRecord | None, iteration: int | None) -> tuple[str, dict]:
+    """What Flower shows of a proving task: the iteration's figures and the targets it missed (task-progress)."""
+    result = next((r for r in (record.results if record else []) if r.iteration == iteration), None)
+    if result is None or not result.figures:
+        return "gates: no figures (the run moved on or stopped)", {}
+    f = result.figures
+
+    def share(key: str) -> str:
+        return "-" if f.get(key) is None else f"{f[key]:.0%}"
+
+    line = (f"floor {share('floor')}, mutation {share('mutation_score')}, solvable {share('solvable_share')}, "
+            f"coverage {share('coverage')}, duplicates {f.get('duplicates', '-')}, findings {f.get('findings', 0)}; "
+            + ("every target met" if not result.unmet else "missed: " + "; ".join(result.unmet)))
+    return line, f
+
+
+@app.task(name="baton.proving", bind=True, max_retries=None)
+def proving_task(self: CeleryTask, scenario: str) -> dict:
+    """The gates on the iteration Execute handed off, then the decision (``workers.loop.do_proving``). Under the
+    ``phase`` lock: the reaper sees a run being proved as held, and no phase task moves it meanwhile."""
+    checked("proving", scenario)
+    root = scenario_root(scenario)
+    what = Task(kind="proving", scenario=scenario)
+    iteration = iteration_of(scenario)
+    try:
+        with agent_lock(scenario, "phase"), shared_scenario_lock(root), \
+                task_span(what, root, received(self.request)) as live:
+            line = f"iteration {iteration}: running the gates"
+            self.update_state(state="PROGRESS", meta={"scenario": scenario, "iteration": iteration, "line": line})
+            self.send_event("task-progress", scenario=scenario, kind="proving", iteration=iteration,
+                            status="running", result=line)
+            following = do_proving(root, _team(root))
+            headers = finish(live, None, following, root)
+    except (LockBusy, LeaseBusy, ScenarioBusy) as exc:  # ScenarioBusy: an embedded run holds the folder
+        raise retry(self, exc, what) from None
+    record = load_run(root)
+    line, figures = proving_line(record, iteration)
+    self.send_event("task-progress", scenario=scenario, kind="proving", iteration=iteration,
+                    status=record.status if record else None, figures=figures, result=line)
+    sent = dispatch_once(self, following, headers)
+    return {"scenario": scenario, "iteration": iteration, "figures": figures, "line": line,
+            "next": [t.model_dump() for t in sent]}
