@@ -274,3 +274,20 @@ def test_status_shows_the_figures_and_stays_readable(ran: Path, tmp_path: Path, 
     assert "targets: success rate >= 85%, floor <= 0%, solvable share >= 100%, coverage >= 100%" in shown.output
     data = json.loads(invoke(tmp_path, "status", "refund_desk", "--json").output)
     assert data["run"]["results"][-1]["figures"]["coverage"] is not None
+
+
+# ---- the export --------------------------------------------------------------------------------
+
+
+def test_the_exports_metadata_carries_the_iterations_quality(ran: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from agents.scenario_facts import scenario_facts
+    from proving.export.build import export_inspect
+
+    root = _copy(ran, tmp_path, monkeypatch)
+    n = _last(root)
+    exported = export_inspect(root, tmp_path / "export", scenario_facts(root), iteration=n)
+    spec = json.loads((exported.folder / "scenario.json").read_text())
+    quality = _report(root, n)["quality"]
+    assert spec["quality"]["figures"] == quality["figures"] and spec["quality"]["ran"] == ["coverage", "duplicate"]
+    assert spec["quality"]["findings"] == len(quality["findings"])

@@ -26,6 +26,7 @@ from proving import processes as processes_module
 from proving.evaluation import child as child_module
 from proving.evaluation import compare as compare_module
 from proving.evaluation.models import Report
+from proving.evaluation.quality import Quality
 from proving.evaluation.samples import load_samples
 from proving.export import docker_files
 from proving.export.facts import ScenarioFacts
@@ -87,6 +88,7 @@ def export_inspect(root: Path, out: Path, facts: ScenarioFacts, iteration: int |
         "tools": [s.model_dump() for s in specs],
         "samples": samples,
         "limits": (report.limits if report else facts.default_limits).model_dump(),
+        "quality": _quality(scenario, folder),
     }
     refused = _write(out, scenario, folder, spec)
     if refused:
@@ -96,6 +98,21 @@ def export_inspect(root: Path, out: Path, facts: ScenarioFacts, iteration: int |
     return Exported(folder=out, scenario=config.name, iteration=chosen, samples=len(samples),
                     tools=[s.name for s in specs], success_rate=spec["success_rate"], warning=warning,
                     refused=refused)
+
+
+def _quality(scenario: Folder, folder: Path) -> dict[str, Any] | None:
+    """What the gates measured of the exported iteration (report.json's ``quality``: figures, which gates ran or
+    not, and how many findings), for whoever runs the export; None when no gate ran on it."""
+    try:
+        report = scenario.read_json(folder / "report.json", "the evaluation report", RECORD_BYTES)
+        quality = Quality.model_validate(report["quality"]) if isinstance(report, dict) and "quality" in report \
+            else None
+    except (StoreError, ValueError):
+        return None
+    if quality is None:
+        return None
+    return {"figures": quality.figures.model_dump(mode="json"), "ran": quality.ran, "skipped": quality.skipped,
+            "findings": len(quality.findings)}
 
 
 def choose_iteration(layout: Layout, target: float, asked: int | None) -> tuple[int, Report | None, str | None]:
