@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol
 
 from agents.models import ModelError, ModelRequest, ModelResponse
@@ -115,7 +116,8 @@ def _scripts_folder() -> Path:
 
 
 def known_scripts() -> list[str]:
-    return sorted(path.stem for path in _scripts_folder().glob("*.py"))
+    # A file named "_<something>.py" is a part of a script (its documents and code, say), not a script: load_part.
+    return sorted(path.stem for path in _scripts_folder().glob("*.py") if not path.stem.startswith("_"))
 
 
 class _NoBytecodeLoader(importlib.machinery.SourceFileLoader):
@@ -136,6 +138,21 @@ def load_script(name: str) -> SimulationScript:
     if not re.fullmatch(r"[A-Za-z0-9_]+", name) or not path.is_file():
         raise SimulationError(f"the simulated model has no script {name!r}; "
                               f"scripts: {', '.join(known_scripts()) or 'none'} (scenarios/_simulations/<name>.py)")
+    _scripts[name] = _import(name, path)  # type: ignore[assignment]  # a module satisfies the Protocol by its names
+    return _scripts[name]
+
+
+def load_part(name: str) -> ModuleType:
+    """``scenarios/_simulations/_<name>.py``: a module a script is split into (a script over 600 lines keeps, say,
+    the documents and code its agents write in a part). Not a script: ``known_scripts`` leaves it out."""
+    path = _scripts_folder() / f"_{name}.py"
+    if not re.fullmatch(r"[A-Za-z0-9_]+", name) or not path.is_file():
+        raise SimulationError(f"the simulated model has no script part {path.name!r} (scenarios/_simulations/)")
+    return sys.modules.get(f"baton_simulation__{name}") or _import(f"_{name}", path)
+
+
+def _import(name: str, path: Path) -> ModuleType:
+    """The module at ``path``, imported from its file (the folder is not a package) without writing bytecode."""
     module_name = f"baton_simulation_{name}"
     spec = importlib.util.spec_from_file_location(module_name, path, loader=_NoBytecodeLoader(module_name, str(path)))
     assert spec is not None and spec.loader is not None
@@ -146,8 +163,7 @@ def load_script(name: str) -> SimulationScript:
     except BaseException:
         del sys.modules[module_name]  # no half-run script left behind for the next load
         raise
-    _scripts[name] = module  # type: ignore[assignment]  # a module satisfies the Protocol by its names
-    return _scripts[name]
+    return module
 
 
 # ---- choosing a script by its brief ------------------------------------------------------

@@ -30,7 +30,8 @@ PROMPT_FILES = [f"{role}/{kind}.md" for role in ("init", "execute") for kind in 
 DATA_FILES = {
     "proving": [f"export/runtime/{name}" for name in ("task.py", "session.py", "offline_tokens.py", "README.md")],
     "baton.prompts": PROMPT_FILES,
-    "scenarios": ["refund_desk/brief.md", "refund_desk/scenario.toml", "_simulations/refund_desk.py"],
+    "scenarios": ["refund_desk/brief.md", "refund_desk/scenario.toml", "_simulations/refund_desk.py",
+                  "_simulations/_refund_desk_files.py"],
 }
 # Offline, embedded, simulated: nothing from the caller's environment may make the run distributed or paid.
 UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "BATON_PROFILE",
