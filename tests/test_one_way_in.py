@@ -52,6 +52,7 @@ ALLOWED = {
     ("workers/fake_api", "*"): "the API double: no scenario folder",
     ("agents/prompts.py", "*"): "the role prompts baton ships as package data",
     ("agents/simulated.py", "*"): "the simulated model's scripts, shipped with baton",
+    ("proving/evaluation/blind.py", "*"): "the simulated blind solver's scripts, shipped with baton",
     ("proving/priority.py", "*"): "/proc and /sys: the scheduler's settings",
     ("proving/sandbox", "*"): "cgroupfs, /proc and the sandbox's own mounts and folders",
     ("proving/processes.py", "*"): "runs inside the sandbox and the export; no scenario folder there",

@@ -13,6 +13,8 @@ from typing import Any
 
 from agents.models import ModelError, ModelRequest
 from agents.simulated import SimulatedModel
+from context.tokens import count_text
+from proving.evaluation import blind
 from workers.fake_api.cache import CacheUse
 from workers.fake_api.counting import claude_tokens
 from workers.fake_api.rules import CheckedRequest, invalid
@@ -27,24 +29,36 @@ def model_request(checked: CheckedRequest, betas: list[str]) -> ModelRequest:
 
 def answer(model: SimulatedModel, checked: CheckedRequest, betas: list[str], cache: CacheUse) -> dict[str, Any]:
     """The simulated model's reply as a Messages API body; a brief it has no script for (``UnknownBrief``)
-    or a script that cannot go on is a 400."""
+    or a script that cannot go on is a 400. A request of an exported task's model under test (its system
+    message is the task's policy) is answered by the blind solver (proving/evaluation/blind.py), where it has a
+    script for the task."""
+    body = checked.body
+    solved = blind.anthropic_reply(body.system, body.messages, body.tools)
+    if solved is not None:
+        return _message(checked, solved["content"], solved["stop_reason"], count_text(str(solved["content"])), cache)
     try:
         response = model.create(model_request(checked, betas))
     except ModelError as err:
         # Deterministic: the same request fails the same way, so it is not a retryable 5xx.
         raise invalid(f"the simulated model cannot answer this request: {err}") from None
+    return _message(checked, [block.model_dump(exclude_none=True) for block in response.content],
+                    response.stop_reason, response.usage.output_tokens, cache, response.id)
+
+
+def _message(checked: CheckedRequest, content: list[dict[str, Any]], stop_reason: str | None, output_tokens: int,
+             cache: CacheUse, message_id: str | None = None) -> dict[str, Any]:
     return {
-        "id": response.id,
+        "id": message_id or "msg_sim" + blind.call_id(str(content), 0).removeprefix("toolu_sim"),
         "type": "message",
         "role": "assistant",
         "model": checked.model.id,
-        "content": [block.model_dump(exclude_none=True) for block in response.content],
-        "stop_reason": response.stop_reason,
+        "content": content,
+        "stop_reason": stop_reason,
         "stop_sequence": None,
         "usage": {
             "input_tokens": cache.plain,
             "cache_creation_input_tokens": cache.written,
             "cache_read_input_tokens": cache.read,
-            "output_tokens": claude_tokens(response.usage.output_tokens),
+            "output_tokens": claude_tokens(output_tokens),
         },
     }
