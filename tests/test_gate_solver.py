@@ -115,6 +115,8 @@ def test_the_simulated_blind_solver_solves_the_examples_samples_and_says_it_is_s
     record = json.loads((root / "execution_outputs" / f"iteration_{iteration}" / "proving_logs" / RECORD).read_text())
     assert record["solver"]["simulated"] and record["solver"]["requests"] >= 2 * 10 * 2  # a lookup and an answer
     assert record["solver"]["tokens"][blind.MODEL]["input_tokens"] > 0 and len(record["panel"]) == 1
+    assert record["difficulty"] == ("the strongest of the panel, baton/simulated, solves 10 of 10 sample(s) "
+                                    "(pass rate 100%); spread across the panel 100%-100%")
 
 
 @pytest.mark.slow

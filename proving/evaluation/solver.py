@@ -59,6 +59,19 @@ class SolverRecord(BaseModel):
     k: int
     solver: ModelSpend
     panel: list[ModelSpend] = Field(default_factory=list)
+    difficulty: str | None = None  # with a panel: solved by the strongest, spread across the panel
+
+
+def difficulty(panel: list[ModelSpend]) -> str | None:
+    """The panel in one line: what its strongest model solves, and how far apart the models are."""
+    if not panel:
+        return None
+    strongest = max(panel, key=lambda p: p.pass_rate)
+    solved = sum(rate > 0 for rate in strongest.per_sample.values())
+    rates = [p.pass_rate for p in panel]
+    return (f"the strongest of the panel, {strongest.model}, solves {solved} of {len(strongest.per_sample)} "
+            f"sample(s) (pass rate {strongest.pass_rate:.0%}); spread across the panel {min(rates):.0%}"
+            f"-{max(rates):.0%}")
 
 
 # ---- where a trajectory left the expected one ----------------------------------------------------
@@ -180,8 +193,8 @@ def _solver(ctx: GateContext) -> GateResult:
     tryout, log, spend = run_model(ctx, model)
     panel = [run_model(ctx, m)[2] for m in ctx.settings.panel]
     Folder(ctx.root).write_json(ctx.out_dir / LOGS / RECORD,
-                                SolverRecord(iteration=ctx.iteration, k=k, solver=spend, panel=panel)
-                                .model_dump(mode="json"))
+                                SolverRecord(iteration=ctx.iteration, k=k, solver=spend, panel=panel,
+                                             difficulty=difficulty(panel)).model_dump(mode="json"))
     by_id = {str(s["id"]): s for s in ctx.samples}
     initial = json.loads(Folder(ctx.root).read_text(task_folder(ctx) / "tools" / "data.json", RECORD_BYTES))
     findings = [unsolved(by_id.get(s.id, {"id": s.id}), s.failures, _tries(log, s.id), k, initial, panel,
