@@ -163,7 +163,8 @@ def _record_refusals(state: dict[str, Any], _move: str) -> tuple[str, list[ToolC
     if state.get("recorded"):
         return "Refusals are already recorded in the design.", [("Read", {"path": DESIGN_FILES[1]})]
     floor = state.get("floor") or []
-    why = (f"The gates found that an agent that does nothing passes {', '.join(floor)} (floor)" if floor else
+    why = (f"The gates found samples a floor agent passes ({', '.join(floor)}): doing nothing or refusing "
+           "everything leaves the state they expect" if floor else
            "A refusal is 'no state-changing call' in the design, so an agent that does nothing would pass every "
            "refusal sample")
     state["recorded"] = True
