@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from tests.test_sandbox_escapes import CHECKER, NO_BWRAP, WAYS, bash, drive, place  # noqa: F401 - a fixture
+from tests.test_sandbox_escapes import CHECKER, NO_BWRAP, WAYS, bash, drive
+from tests.test_sandbox_escapes import place as place  # noqa: F401 - a fixture, used by name
 
 pytestmark = pytest.mark.skipif(bool(NO_BWRAP), reason=f"needs a working bubblewrap: {NO_BWRAP}")
 
@@ -33,8 +34,8 @@ PATHS = ["/filler", "/dev/filler", "/usr/filler"]
 @pytest.mark.parametrize("way", WAYS)
 def test_nothing_is_written_to_the_sandbox_s_own_root_or_dev(place, way):
     if way == "bash":
-        data = bash(place["root"], "for p in " + " ".join(PATHS) + "; do echo x > $p 2>/dev/null && echo wrote $p; done;"
-                                   " echo x > /tmp/ok && echo tmp-ok")
+        writes = "for p in " + " ".join(PATHS) + "; do echo x > $p 2>/dev/null && echo wrote $p; done;"
+        data = bash(place["root"], writes + " echo x > /tmp/ok && echo tmp-ok")
         assert "wrote" not in data["stdout"] and "tmp-ok" in data["stdout"], data
         return
     out = place["root"] / "execution_outputs" / "iteration_1"
