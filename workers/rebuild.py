@@ -19,14 +19,16 @@ from agents.config import ConfigError
 from agents.disk import AgentDisk
 from agents.events import StepEvent, read_events
 from agents.payloads import ExecuteToInit
-from agents.settings_layers import PROFILES, load_scenario_config, resolve_agents
+from agents.settings_layers import PROFILES, load_scenario_config, proving_settings, resolve_agents
+from proving.evaluation.quality import Quality
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.run import IterationResult, RunRecord, claim_run, load_run, now, save_run
 from scenarios.store import AGENTS, Layout, StoreError
 from workers.dispatch import busy_error
-from workers.loop import handoff_file, handoff_payload
+from workers.loop import handoff_file, handoff_payload, raw_report
 from workers.render import say
 from workers.scenario_lock import ScenarioBusy, scenario_lock
+from workers.targets import figure_summary, unmet_targets
 
 
 class Rebuilt(BaseModel):
@@ -42,7 +44,11 @@ def rebuild_run(root: Path, profile: str | None = None) -> Rebuilt:
     last_steps = {role: _last_step(layout, role) for role in AGENTS}
     folder = Folder(root)
     finished = [k for k in _iterations(layout) if folder.is_file(handoff_file(root, k, "execute"))]
-    results = [_result(root, k) for k in finished]
+    targets = RunRecord(scenario=root.name, target_success_rate=settings.target_success_rate,
+                        target_floor=settings.target_floor, target_solvable_share=settings.target_solvable_share,
+                        target_coverage=settings.target_coverage)
+    gates = list(proving_settings(root).gates)
+    results = [_result(root, k, targets, gates) for k in finished]
     n = max(disks["init"].iteration(), disks["execute"].iteration(), 1)
     executed = disks["execute"].iteration()  # the last iteration Execute opened (0: none yet)
     approved = [k for k in range(1, executed + 1) if folder.is_file(layout.handoffs(k) / "approval.json")]
@@ -75,7 +81,9 @@ def rebuild_run(root: Path, profile: str | None = None) -> Rebuilt:
     starts = [r.at for d in disks.values() for r in d.records[:1] if r.at]
     record = RunRecord(scenario=root.name, phase=phase, iteration=n, status=status, auto_approve=auto,
                        profile=chosen, max_iterations=settings.max_iterations,
-                       target_success_rate=settings.target_success_rate, results=results, feedback=feedback,
+                       target_success_rate=settings.target_success_rate, target_floor=settings.target_floor,
+                       target_solvable_share=settings.target_solvable_share,
+                       target_coverage=settings.target_coverage, results=results, feedback=feedback,
                        models=models, started_at=min(starts, default=now()))
     return Rebuilt(record=record, inferred=inferred)
 
@@ -131,11 +139,19 @@ def _iterations(layout: Layout) -> list[int]:
     return sorted(int(name) for name in names if name.isdigit())
 
 
-def _result(root: Path, iteration: int) -> IterationResult:
+def _result(root: Path, iteration: int, targets: RunRecord, gates: list[str]) -> IterationResult:
+    """The iteration's figures as the loop recorded them; ``unmet`` None-like (no figures) when its gates never
+    wrote ``quality`` into report.json: the run was proving it."""
     report = handoff_payload(root, iteration, "execute")
     assert isinstance(report, ExecuteToInit)
-    return IterationResult(iteration=iteration, success_rate=report.success_rate, passed=report.totals.passed,
-                           total=report.totals.samples)
+    result = IterationResult(iteration=iteration, success_rate=report.success_rate, passed=report.totals.passed,
+                             total=report.totals.samples)
+    try:
+        quality = Quality.model_validate(raw_report(root, iteration)["quality"])
+    except (StoreError, ValueError, KeyError):
+        return result
+    return result.model_copy(update={"figures": figure_summary(quality),
+                                     "unmet": unmet_targets(targets, report.success_rate, quality, gates)})
 
 
 def _phase(root: Path, n: int, disks: dict[str, AgentDisk], results: list[IterationResult], target: float,
@@ -145,7 +161,9 @@ def _phase(root: Path, n: int, disks: dict[str, AgentDisk], results: list[Iterat
         done = next((r for r in results if r.iteration == n), None)
         if done is None:
             return "executing", "running"
-        if done.success_rate >= target:
+        if not done.figures:  # handed off, its gates' quality not written yet
+            return "proving", "running"
+        if not done.unmet:
             return "done", "succeeded"
         return ("done", "failed_target") if n >= max_iterations else ("designing", "running")
     folder = Folder(root)

@@ -266,11 +266,10 @@ def iteration_notes(root: Path, record: RunRecord) -> list[Text]:
             lines.append(Text(f"iteration {r.iteration} solver: {r.figures['solver']}"))
         if tryout := read_tryout(root, r.iteration):
             lines.append(Text(f"iteration {r.iteration} tryout (baton try): {tryout.summary()}"))
-    reports = [r.iteration for r in record.results
-               if Folder(root).is_file(Layout(root).outputs(r.iteration) / "report.json")]
+    reports = [Layout(root).outputs(r.iteration) / "report.json" for r in record.results]
+    reports = [path for path in reports if Folder(root).is_file(path)]
     if reports:
-        lines.append(Text(f"reports: {Layout(root).outputs(reports[-1]).parent}/iteration_<n>/report.json "
-                          f"(n = {', '.join(map(str, reports))})", style="dim"))
+        lines.append(Text(f"reports: {', '.join(map(str, reports))}", style="dim"))
     return lines
 
 
