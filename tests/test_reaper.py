@@ -187,3 +187,16 @@ def test_a_frozen_worker_is_taken_over_and_its_late_writes_discarded(cluster: Cl
     report = json.loads((cluster.root / "execution_outputs/iteration_1/report.json").read_text())
     payload = json.loads((cluster.root / "handoffs/iteration_1/execute_to_init_context.json").read_text())
     assert report["success_rate"] == payload["success_rate"] == record["results"][0]["success_rate"]
+
+
+def test_a_run_whose_worker_died_while_proving_is_resumed(folder: Path, sent: list[Task]) -> None:
+    """The proving phase runs the gates as a task under the phase lock; a worker that died there leaves the run
+    in "proving" with no lock held, which the reaper once left alone for good."""
+    from scenarios.run import claim_run, load_run, save_run
+
+    root = folder / SCENARIO
+    record = load_run(root)
+    save_run(root, record.model_copy(update={"phase": "proving"}), claim_run(root))
+    _age(root, 25)
+    healed = _scan(folder, fakeredis.FakeRedis())
+    assert SCENARIO in healed and sent == healed[SCENARIO] and sent

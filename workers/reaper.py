@@ -90,7 +90,7 @@ def last_progress(root: Path) -> float:
 
 def stalled(root: Path, client: redis.Redis, settings: ReaperSettings, now: float) -> bool:
     record = load_run(root)
-    if record is None or record.status != "running" or record.phase not in ("designing", "executing"):
+    if record is None or record.status != "running" or record.phase not in ("designing", "executing", "proving"):
         return False  # finished, waiting for a human, or stopped on an error a human must see
     if now - last_progress(root) < settings.stall_after_s:
         return False
