@@ -40,6 +40,12 @@ def test_the_deterministic_agents_choose_from_the_request_never_from_its_expecte
     assert call["tool"] == "escalate" and call["args"]["order_id"] == "O2" and "O3" not in call["args"]["note"]
     assert "over $500" not in call["args"]["note"]
     assert refusal_calls(TOOLS[:2], SAMPLES, SAMPLES[1]) == []  # no tool records a refusal: it only says so
+    # the sample's own answer is never in reach: a refusal's rule comes from another sample, not this one's
+    recording = [*TOOLS, {"name": "record_refusal", "parameters": {"type": "object", "properties": {
+        "order_id": {"type": "string"}, "rule": {"type": "string"}}, "required": ["order_id", "rule"]}}]
+    refusals = [{"id": f"r{n}", "instruction": f"Refund O{n} please.",
+                 "actions": [act("record_refusal", order_id=f"O{n}", rule=f"R{n}")]} for n in (2, 6)]
+    assert [c["args"]["rule"] for s in refusals for c in refusal_calls(recording, refusals, s)] == ["R6", "R2"]
     # reckless: every state-changing tool, another request's arguments with this request's ids
     assert reckless_calls(SAMPLES, SAMPLES[1]) == [
         act("issue_refund", order_id="O2", amount=89.0, reason="R1"), act("escalate", order_id="O2",

@@ -72,17 +72,20 @@ def _own(sample: dict[str, Any], name: str, pool: dict[str, list[Any]]) -> Any:
 def refusal_calls(tools: list[dict[str, Any]], samples: list[dict[str, Any]],
                   sample: dict[str, Any]) -> list[dict[str, Any]]:
     """refuse_all's calls for ``sample``: the refusing tool once, each parameter filled with an id the request
-    names, else the first value the samples give it, else a refusal's text; none when the scenario has no such
-    tool."""
+    names, else the first value the other samples give it, else a refusal's text; none when the scenario has no
+    such tool."""
     tool = refusing_tool(tools)
     if tool is None:
         return []
-    pool = _values(samples)
+    named = _values(samples)  # what the request itself names may be used (the model under test reads it too)
+    # Else what other samples give, never this one's: its own expected actions hold its answer (the rule it
+    # refuses by), which an agent that refuses everything cannot know.
+    pool = _values([s for s in samples if s.get("id") != sample.get("id")])
     properties = (tool.get("parameters") or {}).get("properties") or {}
     required = set((tool.get("parameters") or {}).get("required") or [])
     args: dict[str, Any] = {}
     for name, schema in properties.items():
-        value = _own(sample, name, pool)
+        value = _own(sample, name, named)
         if value is None:  # an id or a number the samples give it; never their free text (a note's words)
             value = next((v for v in pool.get(name, []) if not isinstance(v, str) or IDENTIFIER.match(v)), None)
         if value is None and (schema or {}).get("type", "string") == "string":
