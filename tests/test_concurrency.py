@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from agents import cpu_slots
 from agents.events import StepEvent
 from agents.simulated import SimulatedModel
+from proving import cpu_slots
 from proving.cpu_slots import SLOTS_ENV, slots_from_env
 from scenarios.run import copy_scenario
 from tests.export_support import EXAMPLE, baton

@@ -154,8 +154,9 @@ def test_the_examples_scenario_toml_documents_the_defaults_as_they_are():
     """The commented defaults of the example are what a run gets: the model lines, not an id."""
     text = (EXAMPLES_DIR / "refund_desk" / "scenario.toml").read_text(encoding="utf-8")
     for role, table in zip(("init", "execute"), text.split("# [agents.")[1:], strict=True):
-        shown = tomllib.loads("\n".join(line.removeprefix("# ") for line in table.splitlines()[1:]
-                                        if line.startswith("# ") and "=" in line))
+        lines = table.split("\n\n", 1)[0].splitlines()[1:]  # the table's own lines: up to the blank line after it
+        keys = [line.removeprefix("# ") for line in lines if line.startswith("# ") and "=" in line]
+        shown = tomllib.loads("\n".join(keys))
         assert shown["model"] == ROLE_DEFAULTS[role]["model"], (role, shown)
         for key in ("window", "threshold", "keep_last_steps"):
             assert shown[key] == ROLE_DEFAULTS[role][key], (role, key)

@@ -50,7 +50,7 @@ def test_a_process_inside_another_session_leaves_that_group_alone() -> None:
 
 
 def test_without_autogroups_niceness_is_all_there_is(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from agents import priority
+    from proving import priority
 
     monkeypatch.setattr(priority, "AUTOGROUP_SWITCH", tmp_path / "missing")
     assert not priority.autogroups_on()

@@ -9,7 +9,6 @@ Each gate makes one eval of all its runs (``eval_export``, shared with ``baton t
 from __future__ import annotations
 
 import importlib.util
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from proving.evaluation.models import Limits
 from proving.export.build import export_inspect
 from proving.export.facts import ScenarioFacts
 from proving.export.tryout import MOCK_MODEL, NO_INSPECT, eval_export
+from scenarios.folder import Folder
 
 CALLS = "baton:calls"  # the task's store key of the calls made (runtime/task.py)
 LOGS = "proving_logs"
@@ -46,7 +46,7 @@ def task_folder(ctx: GateContext) -> Path:
 
 def exported_tools(ctx: GateContext) -> list[dict[str, Any]]:
     """The tools' schemas as the export gives them to an agent."""
-    spec = json.loads((task_folder(ctx) / "scenario.json").read_text(encoding="utf-8"))
+    spec = Folder(ctx.root).read_json(task_folder(ctx) / "scenario.json", "the export's scenario.json")
     return list(spec["tools"])
 
 
@@ -55,9 +55,8 @@ def run_agents(ctx: GateContext, gate: str, runs: list[dict[str, Any]]) -> dict[
     outcome as the task's own scorer judged it against the run's sample."""
     task = task_folder(ctx)
     logs = ctx.out_dir / LOGS
-    logs.mkdir(parents=True, exist_ok=True)
     listed = logs / f"{gate}_runs.json"
-    listed.write_text(json.dumps({"runs": runs}, indent=1, ensure_ascii=False), encoding="utf-8")
+    Folder(ctx.root).write_json(listed, {"runs": runs})  # makes proving_logs/ too
     log = eval_export(task, MOCK_MODEL, 1, logs, {"runs": str(listed.resolve())})
     outcomes = {}
     for sample in log.samples:
