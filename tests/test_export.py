@@ -94,7 +94,7 @@ def test_the_latest_passing_iteration_is_exported_whole(example: Path, exported:
     assert spec["iteration"] == 2 and spec["success_rate"] == 1.0
     assert [s["id"] for s in spec["samples"]] == list(samples_of(example, 2))
     assert [t["name"] for t in spec["tools"]] == ["get_customer", "get_order", "list_orders", "issue_refund",
-                                                  "issue_store_credit", "escalate"]
+                                                  "issue_store_credit", "escalate", "record_refusal"]
     rules = (example / "design" / "business_rules.md").read_text().strip()
     assert rules in spec["policy"] and "today: 2026-03-15" in spec["policy"]
     source = example / "execution_outputs" / "iteration_2"
@@ -185,7 +185,7 @@ def test_bad_calls_come_back_as_errors_the_model_can_read(exported: Path) -> Non
     data = scenario.initial_data()
     unknown = session.call_tool(scenario, "delete_everything", {}, data)
     assert unknown.error == ("there is no tool 'delete_everything'; the tools are: escalate, get_customer, "
-                             "get_order, issue_refund, issue_store_credit, list_orders")
+                             "get_order, issue_refund, issue_store_credit, list_orders, record_refusal")
     wrong = session.call_tool(scenario, "get_order", {"id": "O1001"}, data)
     assert wrong.output is None
     assert wrong.error == "wrong arguments for get_order: missing a required argument: 'order_id'"
@@ -245,11 +245,23 @@ def test_a_sample_is_judged_in_one_child(exported: Path, monkeypatch: pytest.Mon
         started.append(argv)
         return real(argv, **limits)
 
-    monkeypatch.setattr(session, "run_limited", counted)
     scenario = session.Scenario.load(exported)
-    verdict = session.judge(scenario, scenario.sample("s02_final_sale_refused"), [], scenario.initial_data())
+    calls, final = done_right(session, scenario, scenario.sample("s02_final_sale_refused"))
+    monkeypatch.setattr(session, "run_limited", counted)
+    verdict = session.judge(scenario, scenario.sample("s02_final_sale_refused"), calls, final)
     assert verdict.passed, verdict.explanation
     assert len(started) == 1
+
+
+def done_right(session, scenario, sample) -> tuple[list[dict], dict]:
+    """The calls and final data of an agent that makes exactly the sample's expected calls."""
+    data, calls = scenario.initial_data(), []
+    for action in sample["actions"]:
+        result = session.call_tool(scenario, action["tool"], action.get("args", {}), data)
+        assert result.error is None, result.error
+        calls.append({"tool": action["tool"], "args": action.get("args", {}), "output": result.output, "error": None})
+        data = result.data
+    return calls, data
 
 
 def test_what_the_replay_leaves_behind_does_not_reach_the_checkers(exported: Path, tmp_path: Path) -> None:
@@ -282,7 +294,7 @@ def test_what_the_replay_leaves_behind_does_not_reach_the_checkers(exported: Pat
     (together,) = [c for c in shared["checkers"] if c["checker"] == "check_apart.check_nothing_from_the_replay"]
     assert together["reason"] == ("the replay left traces in the tools module, the builtins, the environment, "
                                   "the working directory, TMPDIR")
-    verdict = session.judge(scenario, sample, [], scenario.initial_data())
+    verdict = session.judge(scenario, sample, *done_right(session, scenario, sample))
     assert verdict.passed, verdict.explanation
     assert "check_apart.check_nothing_from_the_replay" in [c["checker"] for c in verdict.checkers]
 
