@@ -134,7 +134,8 @@ def test_bad_arguments_and_a_crashing_tool_reach_the_model_and_every_sample_is_s
 @pytest.mark.slow  # the inspect CLI in a process of its own: seconds of CPU to import it
 def test_the_issue_s_command_runs_every_sample_offline(example: Path, exported: Path, tmp_path: Path) -> None:
     """`inspect eval export/task.py --model mockllm/model`: the mock calls no tool, so exactly the
-    samples whose expected actions change nothing can score."""
+    samples whose expected actions change nothing can score: in the example's final iteration, where every
+    refusal is recorded (the floor gate's target), none."""
     inspect_cli = Path(sys.executable).with_name("inspect")
     logs = tmp_path / "logs"
     env = {**os.environ, "INSPECT_LOG_DIR": str(logs)}
@@ -150,7 +151,7 @@ def test_the_issue_s_command_runs_every_sample_offline(example: Path, exported: 
     unchanged = {p.stem for p in (iteration / "traces").glob("*.json")
                  if json.loads(p.read_text())["final_data"] == initial}
     passed = {sid for (sid, _), score in scores(log).items() if score.value == 1.0}
-    assert passed == unchanged and 0 < len(unchanged) < 10
+    assert passed == unchanged and len(unchanged) < 10
 
 
 @pytest.mark.slow  # `baton export` and the inspect CLI in processes of their own (the hint's text: test_export.py)

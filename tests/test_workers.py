@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import base64
 import json
+import re
 import signal
 import urllib.error
 import urllib.request
@@ -108,11 +109,12 @@ def test_run_to_done_on_three_workers(broker, request, tmp_path):
     # Each queue's own worker served it, and only it.
     logs = {q: next(p for p in cluster.procs if p.name == f"worker-{q}").tail(10**7) for q in QUEUES}
     for role in ROLES:
-        other = next(r for r in ROLES if r != role)
         assert f"'agent': '{role}', 'step': 1, 'status': 'continue'" in logs[role], (
             f"the {role} worker ran no {role} step"
         )
-        assert f"'agent': '{other}'" not in logs[role], f"the {role} worker ran a {other} step"
+        # (a phase or proving task the execute worker ran may name the next Init step it sent: that is no step run)
+        ran = re.findall(r"Task baton\.step [^ ]+/(\w+) ", logs[role])
+        assert ran and set(ran) == {role}, f"the {role} worker ran steps of {sorted(set(ran) - {role})}"
     # Tasks carry readable shadow names (workers/tasks.py): "baton.step refund_desk/init iteration 1 step 4".
     assert "Task baton.compaction " in logs["compaction"] and "Task baton.step " not in logs["compaction"]
 
