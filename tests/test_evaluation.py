@@ -424,3 +424,12 @@ def test_tool_missing_folders(tmp_path: Path) -> None:
     (tmp_path / "execution_outputs" / "iteration_1" / "tools").mkdir(parents=True)
     result = RunEvaluation().run({}, ctx(tmp_path))
     assert result.status == "error" and "no samples in execution_outputs/iteration_1/samples/" in (result.error or "")
+
+
+def test_the_configured_disk_limit_reaches_the_samples(tmp_path: Path) -> None:
+    """eval_disk_mb is a person's setting: RunEvaluation passes it on (it once ran every sample with the default)."""
+    build(tmp_path, [PASSING])
+    context = ctx(tmp_path)
+    context.settings = ToolSettings(eval_timeout_s=TIMEOUT_S, eval_memory_mb=MEMORY_MB, eval_disk_mb=96)
+    assert RunEvaluation().run({}, context).status == "ok"
+    assert json.loads((tmp_path / "execution_outputs/iteration_1/report.json").read_text())["limits"]["disk_mb"] == 96

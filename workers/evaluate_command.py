@@ -55,7 +55,8 @@ def evaluate(
         config = resolve_config("execute", scenario_toml=Layout(root).toml,
                                 profile=profile or (record.profile if record else None))
         report = run_evaluation(root, chosen, timeout_s=config.tools.eval_timeout_s,
-                                memory_mb=config.tools.eval_memory_mb, model_label=LABEL)
+                                memory_mb=config.tools.eval_memory_mb, disk_mb=config.tools.eval_disk_mb,
+                                model_label=LABEL)
     except (EvaluationError, ConfigError) as exc:
         raise CliError(str(exc)) from None
     show(root, report)

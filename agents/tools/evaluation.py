@@ -68,7 +68,7 @@ class RunEvaluation:
         try:
             report = run_evaluation(
                 ctx.root, iteration, timeout_s=ctx.settings.eval_timeout_s, memory_mb=ctx.settings.eval_memory_mb,
-                only=only, model_label=ctx.model_label, files=ctx.files,
+                disk_mb=ctx.settings.eval_disk_mb, only=only, model_label=ctx.model_label, files=ctx.files,
             )
         except EvaluationError as exc:
             return error(str(exc))
