@@ -42,8 +42,6 @@ The model brings the machinery every script shares:
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import re
 import sys
@@ -59,6 +57,7 @@ from agents.tools.base import parse_envelope
 from context.estimator import TokenEstimator
 from context.messages import Message, TextBlock, ToolUseBlock, Usage, parse_message
 from context.tokens import count_text
+from scenarios.script_files import import_script
 
 LABEL = "simulated"
 STATE_TAG = re.compile(r"<sim_state>(.*?)</sim_state>", re.DOTALL)
@@ -120,13 +119,6 @@ def known_scripts() -> list[str]:
     return sorted(path.stem for path in _scripts_folder().glob("*.py") if not path.stem.startswith("_"))
 
 
-class _NoBytecodeLoader(importlib.machinery.SourceFileLoader):
-    """Never writes ``__pycache__``: the script sits in a scenario folder, which the agents list."""
-
-    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:
-        pass
-
-
 _scripts: dict[str, SimulationScript] = {}
 
 
@@ -153,17 +145,7 @@ def load_part(name: str) -> ModuleType:
 
 def _import(name: str, path: Path) -> ModuleType:
     """The module at ``path``, imported from its file (the folder is not a package) without writing bytecode."""
-    module_name = f"baton_simulation_{name}"
-    spec = importlib.util.spec_from_file_location(module_name, path, loader=_NoBytecodeLoader(module_name, str(path)))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]  # no half-run script left behind for the next load
-        raise
-    return module
+    return import_script(f"baton_simulation_{name}", path)
 
 
 # ---- choosing a script by its brief ------------------------------------------------------

@@ -21,15 +21,14 @@ starts with ``[simulated]``.
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
+
+from scenarios.script_files import import_script
 
 LABEL = "[simulated]"
 MODEL = "baton/simulated"  # the Inspect model string of the blind solver
@@ -52,31 +51,12 @@ def known_scripts() -> list[str]:
     return sorted(p.stem for p in scripts_folder().glob("*.py") if re.fullmatch(r"[A-Za-z0-9_]+", p.stem))
 
 
-class _NoBytecodeLoader(importlib.machinery.SourceFileLoader):
-    """Writes no ``__pycache__`` beside the script (as agents/simulated.py loads its scripts)."""
-
-    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:
-        pass
-
-
 _loaded: dict[str, Any] = {}
 
 
 def load_script(name: str) -> Any:
     if name not in _loaded:
-        path = scripts_folder() / f"{name}.py"
-        module_name = f"baton_blind_solver_{name}"
-        spec = importlib.util.spec_from_file_location(module_name, path,
-                                                      loader=_NoBytecodeLoader(module_name, str(path)))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[module_name]
-            raise
-        _loaded[name] = module
+        _loaded[name] = import_script(f"baton_blind_solver_{name}", scripts_folder() / f"{name}.py")
     return _loaded[name]
 
 
