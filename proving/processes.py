@@ -34,6 +34,17 @@ def kill_group(pid: int) -> None:
         pass  # already gone
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts: it is there, only not ours to signal)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 @dataclass
 class Finished:
     """How a limited child ended: its exit status, whether the wall clock ran out, and

@@ -35,7 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from proving.processes import Finished, kill_group, minimal_env
+from proving.processes import Finished, kill_group, minimal_env, pid_alive
 from proving.sandbox import cgroup
 from proving.sandbox.bwrap import EMPTY_ENV, usable_bwrap
 from proving.sandbox.limits import MAX_PROCESSES
@@ -80,16 +80,6 @@ def _spawn(*args: Any, **kwargs: Any) -> subprocess.Popen:
     return executor.submit(subprocess.Popen, *args, **kwargs).result()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def prune_homes(directory: Path | None = None) -> list[Path]:
     """Remove the folders of servers whose worker is gone (killed before it could remove its own): those whose
     worker's pid (in the name) is not alive and whose lock nobody holds (the kernel drops a lock with its last
@@ -103,7 +93,7 @@ def prune_homes(directory: Path | None = None) -> list[Path]:
         return removed
     for entry in entries:
         owner = re.match(rf"{HOME_PREFIX}(\d+)-", entry.name)
-        if owner is None or _alive(int(owner.group(1))):
+        if owner is None or pid_alive(int(owner.group(1))):
             continue  # a folder of the code before, or its worker lives (or a process that took its pid)
         home = Path(entry.path)
         try:

@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from proving.processes import pid_alive
+
 MIB = 1024 * 1024
 log = logging.getLogger(__name__)
 _names = itertools.count(1)
@@ -189,16 +191,6 @@ def _remove_empty_tree(path: Path) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def prune() -> None:
     """Remove the empty groups of workers that are gone (killed before they could remove their own).
     Never kills: a worker of another PID namespace may share the hierarchy and look gone."""
@@ -209,7 +201,7 @@ def prune() -> None:
             continue
         for entry in entries:
             owner = re.fullmatch(r"baton(?:-server)?-(\d+)-\d+", entry.name)
-            if owner and entry.is_dir() and not _alive(int(owner.group(1))):
+            if owner and entry.is_dir() and not pid_alive(int(owner.group(1))):
                 _remove_empty_tree(entry)
 
 
