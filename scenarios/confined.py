@@ -401,10 +401,8 @@ def _copy_into(dir_fd: int, dest: Path, here: Parts, skip: Callable[[str], bool]
         except FileNotFoundError:
             continue  # removed meanwhile
         if stat.S_ISDIR(st.st_mode):
-            try:
-                inner = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-            except OSError:
-                refused.append(f"{rel}: changed while it was copied")
+            inner = _opened(name, _DIR_FLAGS, dir_fd, rel, refused)
+            if inner is None:
                 continue
             try:
                 (dest / name).mkdir()
@@ -415,10 +413,8 @@ def _copy_into(dir_fd: int, dest: Path, here: Parts, skip: Callable[[str], bool]
         if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
             refused.append(f"{rel}: {describe(st)}, not copied")
             continue
-        try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-        except OSError:
-            refused.append(f"{rel}: changed while it was copied")
+        fd = _opened(name, _READ_FLAGS, dir_fd, rel, refused)
+        if fd is None:
             continue
         try:
             opened = os.fstat(fd)
@@ -434,6 +430,15 @@ def _copy_into(dir_fd: int, dest: Path, here: Parts, skip: Callable[[str], bool]
                          0o755 if opened.st_mode & 0o111 else 0o644)
         with os.fdopen(target, "wb") as fh:
             fh.write(data)
+
+
+def _opened(name: str, flags: int, dir_fd: int, rel: str, refused: list[str]) -> int | None:
+    """``name`` opened beneath ``dir_fd``, or None (noted in ``refused``) when it changed since it was listed."""
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        refused.append(f"{rel}: changed while it was copied")
+        return None
 
 
 def append_line(root: Path, parts: Sequence[str], line: bytes, lease: Lease | None = None) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,8 +67,12 @@ class Folder:
         return self.kind(path) is not None
 
     def mtime(self, path: PathLike) -> float | None:
-        st = confined.lstat(self.root, self.parts(path)) if self.kind(path) in ("file", "folder") else None
-        return st.st_mtime if st is not None else None
+        """When the file or folder at ``path`` last changed; None for nothing, a link or a special file."""
+        try:
+            st = confined.lstat(self.root, self.parts(path))
+        except confined.Refused:
+            return None  # a link on the way there
+        return st.st_mtime if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) else None
 
     def names(self, path: PathLike, pattern: str = "*", *, kinds: tuple[str, ...] = ("file", "folder")) -> list[str]:
         """The names in the folder ``path`` matching ``pattern`` whose entries are of ``kinds`` (links and
