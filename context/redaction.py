@@ -102,11 +102,19 @@ def _redact(text: str) -> str:
 
 
 def _redact_plain(text: str) -> str:
-    # Shapes first: a key found by its prefix is not judged again as a value of a name or a bare AWS key.
-    text = redact_shapes(text)
-    text = redact_command_passwords(text)
-    # Last, so values already redacted above are recognised and left alone.
-    return redact_names(text)
+    # Until nothing changes (at most three rounds): a replacement can join what a
+    # separator kept apart ("...is ;0sshpass -p x" becomes "...is <REDACTED> -p x",
+    # one command now), and redact() must give the same answer on its own output.
+    for _ in range(3):
+        before = text
+        # Shapes first: a key found by its prefix is not judged again as a value of a name or a bare AWS key.
+        text = redact_shapes(text)
+        text = redact_command_passwords(text)
+        # Last, so values already redacted above are recognised and left alone.
+        text = redact_names(text)
+        if text == before:
+            break
+    return text
 
 
 def redact_value(obj: Any) -> Any:

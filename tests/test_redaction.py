@@ -6,7 +6,7 @@ import base64
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from context.messages import (
@@ -450,6 +450,9 @@ FRAGMENTS = [text for text, _ in SECRETS] + NEAR_MISSES + [
 
 @settings(max_examples=600, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12)), max_size=12))
+# Found by CI: the prose rule's <REDACTED> swallowed the ";" that ended a command,
+# so the next pass read "-p using" as that command's password.
+@example(["sshpass -p ", "my password is ", ";0", "sshpass -p ", "using key " + ANTHROPIC + " now"])
 def test_redact_is_idempotent(parts: list[str]) -> None:
     once = redact("".join(parts))
     assert redact(once) == once
