@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,17 +29,11 @@ import anyio  # noqa: E402
 
 from agents.scenario_facts import scenario_facts  # noqa: E402
 from bench.common import md_table, write_section  # noqa: E402
+from bench.example_run import example, grow, last_iteration  # noqa: E402
 from proving.export.build import export_inspect  # noqa: E402
 
 WAYS = ("child only", "baton_bwrap", "unconfined")
 
-
-def example(folder: Path) -> Path:
-    baton = Path(sys.executable).with_name("baton")
-    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "BATON_BROKER_URL")}
-    subprocess.run([str(baton), "run", "refund_desk", "--auto-approve", "--profile", "demo"], cwd=folder,
-                   check=True, capture_output=True, env=env)
-    return folder / "scenarios" / "refund_desk"
 
 
 def runtime(export: Path) -> tuple[Any, Any]:
@@ -53,19 +45,36 @@ def runtime(export: Path) -> tuple[Any, Any]:
 def in_box(sandbox: Any, session: Any, scenario: Any, box: Any, request: dict[str, Any]) -> Any:
     async def once() -> Any:
         done = await box.exec(["python3", "-I", "-B", f"{box.export_root}/baton_runtime/box.py"],
-                              input=json.dumps(request), timeout=session.exec_timeout(scenario), concurrency=False)
+                              input=request, timeout=session.exec_timeout(scenario), concurrency=False)
         return session.ran_from_box(done.returncode, done.stdout, done.stderr)
 
     return anyio.run(once)
 
 
-def one(way: str, session: Any, sandbox: Any, scenario: Any, boxes: dict[str, Any], what: str) -> float:
+JUDGED = "s02_final_sale_refused"
+
+
+def expected_run(session: Any, scenario: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The judged sample's expected actions made as calls (child only): the calls and the final data, so that
+    each judgement below is of a passing run."""
+    data, calls = scenario.initial_data(), []
+    for action in scenario.sample(JUDGED)["actions"]:
+        result = session.call_tool(scenario, action["tool"], action["args"], data)
+        assert result.error is None, result.error
+        calls.append({"tool": action["tool"], "args": action["args"], "output": result.output})
+        data = result.data
+    return calls, data
+
+
+def one(way: str, session: Any, sandbox: Any, scenario: Any, boxes: dict[str, Any], what: str,
+        run: tuple[list[dict[str, Any]], dict[str, Any]]) -> float:
     """Wall seconds of one call (``what`` = "call") or one judgement ("judge")."""
-    sample = scenario.sample("s02_final_sale_refused")
+    sample = scenario.sample(JUDGED)
+    calls, final = run
     if what == "call":
         request = session.call_request(scenario, "get_order", {"order_id": "O1001"}, scenario.initial_data())
     else:
-        request = session.judge_request(scenario, sample, [], scenario.initial_data())
+        request = session.judge_request(scenario, sample, calls, final)
     started = time.monotonic()
     if way == "child only":
         ran = session._launch(scenario, request)  # noqa: SLF001 - the box's steps without a sandbox
@@ -75,20 +84,26 @@ def one(way: str, session: Any, sandbox: Any, scenario: Any, boxes: dict[str, An
     if what == "call":
         assert session.call_result(scenario, "get_order", ran).error is None, ran
     else:
-        assert session.judgement(scenario, sample, [], scenario.initial_data(), ran).passed, ran
+        verdict = session.judgement(scenario, sample, calls, final, ran)
+        assert verdict.passed, verdict.explanation
     return elapsed
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--data-mb", type=float, default=0.0, help="grow data.json to about this size first")
     ap.add_argument("--out", default=None, help="write the section into this Markdown file")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         export = Path(tmp) / "export"
-        export_inspect(root := example(Path(tmp)), export, scenario_facts(root))
+        root = example(Path(tmp))
+        if args.data_mb:
+            grow(root / "execution_outputs" / f"iteration_{last_iteration(root)}" / "tools", args.data_mb)
+        export_inspect(root, export, scenario_facts(root))
         session, sandbox = runtime(export)
         scenario = session.Scenario.load(export)
+        run = expected_run(session, scenario)
         bwrap, why = sandbox.find_bwrap()
         if bwrap is None:
             raise SystemExit(f"this bench needs a usable bwrap: {why}")
@@ -98,7 +113,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for what in ("call", "judge"):
                 for way in WAYS:  # in turn, so the machine's load falls on every way alike
-                    measured[(way, what)].append(one(way, session, sandbox, scenario, boxes, what))
+                    measured[(way, what)].append(one(way, session, sandbox, scenario, boxes, what, run))
     base = {what: statistics.median(measured[("child only", what)]) for what in ("call", "judge")}
     rows = [[way, what, f"{statistics.median(runs) * 1000:.0f}", f"{min(runs) * 1000:.0f}",
              f"{statistics.median(runs) / base[what]:.2f}"] for (way, what), runs in measured.items()]

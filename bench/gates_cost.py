@@ -22,25 +22,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import md_table, write_section  # noqa: E402
-from bench.export_call_cost import example  # noqa: E402
+from bench.example_run import example, grow, last_iteration  # noqa: E402
 from proving.evaluation.gates import ProvingSettings, prove  # noqa: E402
-
-
-def grow(root: Path, iteration: int, megabytes: float) -> None:
-    path = root / "execution_outputs" / f"iteration_{iteration}" / "tools" / "data.json"
-    data = json.loads(path.read_text())
-    filler = {f"CX{n:06d}": {"name": f"Filler {n}", "tier": "standard", "email": f"f{n}@example.com",
-                             "notes": "x" * 200} for n in range(int(megabytes * 1e6 / 290))}
-    data["customers"].update(filler)
-    path.write_text(json.dumps(data))
 
 
 def measure(source: Path, gate: str, megabytes: float, work: Path) -> list[object]:
     root = work / f"{gate}-{megabytes}" / "refund_desk"
     shutil.copytree(source, root)
-    iteration = max(int(p.name.split("_")[1]) for p in (root / "execution_outputs").glob("iteration_*"))
+    iteration = last_iteration(root)
     if megabytes:
-        grow(root, iteration, megabytes)
+        grow(root / "execution_outputs" / f"iteration_{iteration}" / "tools", megabytes)
     size = (root / "execution_outputs" / f"iteration_{iteration}" / "tools" / "data.json").stat().st_size
     started = time.monotonic()
     quality = prove(root, iteration, ProvingSettings(gates=[gate]))

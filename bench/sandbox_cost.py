@@ -11,10 +11,8 @@ sample's data costs to copy in, load, and carry back in its result is measured t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import md_table, write_section  # noqa: E402
+from bench.example_run import example, grow, last_iteration  # noqa: E402
 from proving.evaluation import fork_server  # noqa: E402
 from proving.evaluation.run import run_evaluation  # noqa: E402
 from proving.sandbox import cgroup  # noqa: E402
@@ -35,22 +34,6 @@ WAYS = {  # name: (BATON_EVAL_SANDBOX, BATON_SAMPLE_SERVER)
 }
 
 
-def example(folder: Path) -> Path:
-    baton = Path(sys.executable).with_name("baton")
-    subprocess.run([str(baton), "run", "refund_desk", "--auto-approve", "--profile", "demo"], cwd=folder,
-                   check=True, capture_output=True)
-    return folder / "scenarios" / "refund_desk"
-
-
-def pad_data(tools: Path, megabytes: float) -> int:
-    """Pad ``tools``/data.json to about ``megabytes`` MB with records under ``bench_padding``; its new size."""
-    path = tools / "data.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    record = {"id": 0, "note": "x" * 80}
-    count = int(megabytes * 1_000_000 / len(json.dumps(record)))
-    data["bench_padding"] = [{"id": i, "note": "x" * 80} for i in range(count)]
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path.stat().st_size
 
 
 def one(root: Path, iteration: int, way: str) -> float:
@@ -74,10 +57,10 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = example(Path(tmp))
-        iteration = max(int(p.name.split("_")[1]) for p in (root / "execution_outputs").iterdir())
+        iteration = last_iteration(root)
         out = root / "execution_outputs" / f"iteration_{iteration}"
         samples = len(list((out / "samples").glob("*.json")))
-        data_bytes = pad_data(out / "tools", args.data_mb) if args.data_mb else (out / "tools/data.json").stat().st_size
+        data_bytes = grow(out / "tools", args.data_mb) if args.data_mb else (out / "tools/data.json").stat().st_size
         measured: dict[str, list[float]] = {way: [] for way in WAYS}
         for _ in range(args.rounds):
             for way in WAYS:  # in turn, so the machine's load falls on every way alike

@@ -234,23 +234,18 @@ def test_judging_passes_the_expected_actions_and_names_what_a_wrong_one_changed(
     assert "checker check_policy.check_policy rejects it: R2: order O1002 called for refuse" in verdict.explanation
 
 
-def test_a_sample_is_judged_in_one_child(exported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sample_is_judged_in_one_child(exported: Path) -> None:
     """The replay of the expected actions and the checkers share one limited child, which forks the replay:
-    a judged sample costs one interpreter's start, not two."""
+    a judged sample costs one child of the box, not two."""
     session = runtime_of(exported)
-    started: list[list[str]] = []
-    real = session.run_limited
-
-    def counted(argv: list[str], **limits: object) -> object:
-        started.append(argv)
-        return real(argv, **limits)
-
     scenario = session.Scenario.load(exported)
-    calls, final = done_right(session, scenario, scenario.sample("s02_final_sale_refused"))
-    monkeypatch.setattr(session, "run_limited", counted)
-    verdict = session.judge(scenario, scenario.sample("s02_final_sale_refused"), calls, final)
-    assert verdict.passed, verdict.explanation
-    assert len(started) == 1
+    sample = scenario.sample("s02_final_sale_refused")
+    calls, final = done_right(session, scenario, sample)
+    ran = session._launch(scenario, session.judge_request(scenario, sample, calls, final))
+    assert ran.children == 1
+    assert ran.reference is not None and "initial_data" not in ran.reference  # the task has it already
+    assert ran.result is not None and "final_data" not in ran.result  # the task sent it
+    assert session.judgement(scenario, sample, calls, final, ran).passed
 
 
 def done_right(session, scenario, sample) -> tuple[list[dict], dict]:

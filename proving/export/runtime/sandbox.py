@@ -52,6 +52,8 @@ from inspect_ai.util import (
     sandboxenv,
 )
 
+from .processes import wait_pid
+
 LOG = logging.getLogger(__name__)
 NAME = "baton_bwrap"
 EXPORT = Path(__file__).resolve().parents[1]  # the export this file was copied into
@@ -338,13 +340,12 @@ def _finish(proc: subprocess.Popen[bytes], data: bytes | None, timeout: float | 
 
 def _wait_unreaped(proc: subprocess.Popen[bytes], timeout: float | None, stop: threading.Event) -> bool:
     """Wait until ``proc`` ends (not reaped), ``timeout`` passes (True) or ``stop`` is set."""
+    if hasattr(os, "waitid"):  # woken by its pidfd as it ends, not at the next poll
+        return wait_pid(proc.pid, timeout, stop)
     deadline = None if timeout is None else time.monotonic() + timeout
     delay = 0.002
     while not stop.is_set():
-        if hasattr(os, "waitid"):
-            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return False
-        elif proc.poll() is not None:  # no waitid (macOS): reaped, so the group kill is best effort
+        if proc.poll() is not None:  # no waitid (macOS): reaped, so the group kill is best effort
             return False
         if deadline is not None and time.monotonic() >= deadline:
             return True

@@ -1,11 +1,11 @@
 """What an exported task asks of a tool call and of a judgement, and what it makes of the answer.
 Standard library only.
 
-Each is a request for ``box.py`` (``call_request``, ``judge_request``), which runs the evaluation's own
-``child_main.py`` on it in one child process with time and memory limits, never in the Inspect process;
-``task.py`` sends it through Inspect's sandbox and turns the frame that comes back into a ``Ran``
+Each is a request for ``box.py`` (``call_request``, ``judge_request``: bytes for its stdin), which runs the
+evaluation's own ``child_main.py`` on it in one child process with time and memory limits, never in the Inspect
+process; ``task.py`` sends it through Inspect's sandbox and turns the frame that comes back into a ``Ran``
 (``ran_from_box``); ``call_result`` and ``judgement`` read that. ``call_tool`` and ``judge`` do the same
-here, with the box's steps run in this process and no sandbox: for tests and for a script that uses the
+here, with box.py run as a process of its own and no sandbox: for tests and for a script that uses the
 runtime without Inspect.
 
 The export folder holds ``scenario.json`` (policy, tools, samples, limits), ``tools/``
@@ -14,17 +14,18 @@ and ``checkers/`` as the iteration wrote them, and this package.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .box import launch, read_frame
+from .box import FRAME_BYTES, read_frame, request
 from .compare import effect_differences, free_text, short, state_differences
-from .processes import Finished, run_limited
+from .processes import Finished, kill_group, minimal_env
 
 PACKAGE = Path(__file__).resolve().parent
 EXPORT = PACKAGE.parent
@@ -73,7 +74,7 @@ class Judgement:
     checkers: list[dict[str, Any]] = field(default_factory=list)
 
 
-def call_request(scenario: Scenario, tool: str, args: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+def call_request(scenario: Scenario, tool: str, args: dict[str, Any], data: dict[str, Any]) -> bytes:
     """The box's request for one tool call on ``data`` (mode "call")."""
     job = {"mode": "call", "sample": {"id": "call", "actions": [{"tool": tool, "args": args}]}, "data": data}
     return _request(scenario, job)
@@ -110,7 +111,7 @@ def _for_the_model(tool: str, error: dict[str, Any]) -> str:
 
 
 def judge_request(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, Any]],
-                  final_data: dict[str, Any]) -> dict[str, Any]:
+                  final_data: dict[str, Any]) -> bytes:
     """The box's request for a sample's verdict (mode "reference_and_judge"): the child replays the expected
     actions in a process forked from it, with a folder of its own, then runs the checkers on the model's
     outcome, so neither half sees what the other left behind (child_main.py)."""
@@ -196,18 +197,20 @@ def _explain(passed: bool, n_calls: int, differences: list[str], rejections: lis
 class Ran:
     """What one child left: its result and, when it replayed the expected actions apart,
     that replay's result (None for each file not written), how its process ended, the writable
-    spaces it left full, and what kept it from running at all (``problem``)."""
+    spaces it left full, what kept it from running at all (``problem``), and how many children the
+    box started for it."""
 
     result: dict[str, Any] | None
     reference: dict[str, Any] | None
     done: Finished
     full: list[str] = field(default_factory=list)
     problem: str | None = None
+    children: int = 0
 
 
-def _request(scenario: Scenario, job: dict[str, Any], reference: bool = False) -> dict[str, Any]:
-    return {"job": copy.deepcopy(job), "timeout_s": scenario.timeout_s, "memory_mb": scenario.memory_mb,
-            "reference": reference}
+def _request(scenario: Scenario, job: dict[str, Any], reference: bool = False) -> bytes:
+    return request({"timeout_s": scenario.timeout_s, "memory_mb": scenario.memory_mb, "reference": reference},
+                   json.dumps(job))
 
 
 def exec_timeout(scenario: Scenario) -> int:
@@ -233,12 +236,13 @@ def timed_out_in_box(scenario: Scenario) -> Ran:
 
 def _ran(payload: dict[str, Any]) -> Ran:
     if payload.get("problem"):
-        return Ran(None, None, Finished(-1, False), list(payload.get("full") or []), str(payload["problem"]))
+        full = [str(f) for f in payload.get("full") or []]
+        return Ran(None, None, Finished(-1, False), full, str(payload["problem"]))
     done = Finished(int(payload.get("returncode", -1)), bool(payload.get("timed_out")),
                     str(payload.get("stdout_tail", "")), str(payload.get("stderr_tail", "")))
     result, reference = payload.get("result"), payload.get("reference")
     return Ran(result if isinstance(result, dict) else None, reference if isinstance(reference, dict) else None,
-               done, [str(f) for f in payload.get("full") or []])
+               done, [str(f) for f in payload.get("full") or []], children=int(payload.get("children") or 0))
 
 
 def _run(scenario: Scenario, job: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -247,11 +251,24 @@ def _run(scenario: Scenario, job: dict[str, Any]) -> tuple[dict[str, Any], str |
     return (ran.result, None) if ran.result is not None else ({}, _problem(scenario, ran))
 
 
-def _launch(scenario: Scenario, request: dict[str, Any]) -> Ran:
-    """The box's steps in this process (no sandbox): a temp dir with copies of tools/ and checkers/, one
-    limited child. ``run_limited`` is looked up here, at each call, so a test can count the children."""
+def _launch(scenario: Scenario, asked: bytes) -> Ran:
+    """box.py as a sandbox runs it, without the sandbox: a process of its own in a temp dir, with the minimal
+    environment, the request on its stdin, its group killed afterwards."""
     with tempfile.TemporaryDirectory(prefix="baton-export-") as tmp:
-        return _ran(launch(scenario.folder, request, Path(tmp), run=run_limited))
+        argv = [sys.executable, "-I", "-B", str(scenario.folder / "baton_runtime" / "box.py")]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                cwd=tmp, env=minimal_env(Path(tmp)), start_new_session=True)
+        try:
+            out, err = proc.communicate(asked, timeout=exec_timeout(scenario))
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            proc.communicate()
+            return timed_out_in_box(scenario)
+        finally:
+            kill_group(proc.pid)  # anything the box left in its group
+        if len(out) > FRAME_BYTES + 65536:
+            return Ran(None, None, Finished(proc.returncode, False), problem="the box printed more than a frame")
+        return ran_from_box(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
 def _filled(ran: Ran) -> str:

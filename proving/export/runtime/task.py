@@ -78,12 +78,12 @@ def _root() -> str:
     return str(getattr(inner, "export_root", EXPORT_ROOT))
 
 
-async def in_sandbox(request: dict[str, Any]) -> Ran:
+async def in_sandbox(request: bytes) -> Ran:
     """Run one box request in this sample's sandbox and read its frame."""
     try:
         with override_sandbox_output_limit(FRAME_BYTES + 65536, "exec"):  # the box bounds its frame
             done = await sandbox().exec(["python3", "-I", "-B", f"{_root()}/baton_runtime/box.py"],
-                                        input=json.dumps(request), timeout=session.exec_timeout(SCENARIO),
+                                        input=request, timeout=session.exec_timeout(SCENARIO),
                                         timeout_retry=False)
     except TimeoutError:
         return session.timed_out_in_box(SCENARIO)
