@@ -52,6 +52,12 @@ def install_baton_eval() -> None:
     sys.modules["baton_eval"] = module
 
 
+# An item a line (the C encoder still does it: only ``indent`` makes json use the slow Python one). What shows a
+# file's first lines then shows kilobytes, not a benchmark's megabytes of data on one line: Inspect's
+# sandbox events log 20 lines of what an exported task's box prints.
+SEPARATORS = (",\n", ": ")
+
+
 class Written(str):
     """A value already in JSON (the final data of a mode that only sends it back): written as it is."""
 
@@ -62,9 +68,10 @@ def write_json(path: str, value: Any) -> None:
     # json.dumps, not json.dump: dump writes piece by piece from Python's own encoder, about ten times
     # slower than the C one that dumps uses (half a second for a benchmark's 5 MB of data).
     written = {k: v for k, v in value.items() if isinstance(v, Written)} if isinstance(value, dict) else {}
-    text = json.dumps({k: v for k, v in value.items() if k not in written} if written else value, ensure_ascii=False)
+    text = json.dumps({k: v for k, v in value.items() if k not in written} if written else value, ensure_ascii=False,
+                      separators=SEPARATORS)
     if written:  # spliced in before the closing brace: each was dumped once, by the one who made it
-        text = text[:-1] + "".join(f'{", " if len(text) > 2 or i else ""}{json.dumps(k)}: {v}'
+        text = text[:-1] + "".join(f'{SEPARATORS[0] if len(text) > 2 or i else ""}{json.dumps(k)}: {v}'
                                    for i, (k, v) in enumerate(written.items())) + "}"
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -271,7 +278,8 @@ class Runner:
         self.enter("actions", step="final_data")
         try:
             if self.job.get("mode") in SENT_BACK_ONLY:  # no checker here reads it: dumped once, never parsed again
-                self.result["final_data"] = Written(json.dumps(self.data, ensure_ascii=False, allow_nan=False))
+                self.result["final_data"] = Written(json.dumps(self.data, ensure_ascii=False, allow_nan=False,
+                                                               separators=SEPARATORS))
             else:
                 self.result["final_data"] = jsonable(self.data)
         except (TypeError, ValueError) as exc:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .box import FRAME_BYTES, read_frame, request
+from .child_main import SEPARATORS
 from .compare import effect_differences, free_text, short, state_differences
 from .processes import Finished, kill_group, minimal_env
 
@@ -210,7 +211,7 @@ class Ran:
 
 def _request(scenario: Scenario, job: dict[str, Any], reference: bool = False) -> bytes:
     return request({"timeout_s": scenario.timeout_s, "memory_mb": scenario.memory_mb, "reference": reference},
-                   json.dumps(job))
+                   json.dumps(job, separators=SEPARATORS))
 
 
 def exec_timeout(scenario: Scenario) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams  # noqa: E402
 from inspect_ai.util import SandboxEnvironment, override_sandbox_output_limit, sandbox, store  # noqa: E402
 
 SCENARIO = Scenario.load(HERE)
-DATA, CALLS, WHERE = "baton:data", "baton:calls", "baton:sandbox"  # per-sample store keys
+CALLS, WHERE = "baton:calls", "baton:sandbox"  # per-sample store keys
 MESSAGE_LIMIT = 60  # a model that loops on tools ends here, and the sample is scored as it stands
 DOCKER_NOTE = ("Tool calls and the judge ran in Inspect's docker sandbox (with the export's compose.yaml: no "
                "network, no capabilities, a read-only system, bounded /work and /tmp).")
@@ -46,9 +47,19 @@ DOCKER_NOTE = ("Tool calls and the judge ran in Inspect's docker sandbox (with t
 provide_o200k()  # Inspect counts tokens with it; offline it cannot download it
 
 
+# Each sample's data, by the sample's own sandbox environment (every provider makes one per sample): not in
+# Inspect's store, which is copied and compared around every tool call for the transcript (seconds a call with
+# a benchmark's megabytes of data, and the log would hold a copy after each call). It goes with the sample.
+_DATA: weakref.WeakKeyDictionary[SandboxEnvironment, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
 def _data() -> dict[str, Any]:
-    data = store().get(DATA)
+    data = _DATA.get(_environment())
     return SCENARIO.initial_data() if data is None else data
+
+
+def _environment() -> SandboxEnvironment:
+    return sandbox().as_type(SandboxEnvironment)  # the provider's own object, not Inspect's proxy of it
 
 
 def confinement() -> dict[str, Any]:
@@ -100,7 +111,7 @@ def scenario_tool(spec: dict[str, Any]) -> Tool:
         store().set(CALLS, [*calls, {"tool": name, "args": args, "output": result.output, "error": result.error}])
         if result.error is not None:
             raise ToolError(result.error)
-        store().set(DATA, result.data)
+        _DATA[_environment()] = result.data
         return json.dumps(result.output, ensure_ascii=False)
 
     return ToolDef(execute, name=name, description=spec["description"],
