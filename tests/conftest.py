@@ -27,6 +27,14 @@ if sys.dont_write_bytecode and not sys.pycache_prefix:
     sys.dont_write_bytecode = False
 
 
+# The example's scenario.toml runs all five gates, and the floor, mutation and solver gates add about 20 s to each
+# of its iterations. The tests of the runtime (Celery, compaction, recovery, export) run the example dozens of
+# times without looking at those figures, so the suite runs the two gates that take milliseconds unless a test
+# asks for more: the gates' own tests, and tests/test_proving_loop.py, which runs the example as a user does and
+# checks every figure of every iteration. Set before any fixture starts a worker, so every process inherits it.
+os.environ.setdefault("BATON_PROVING_GATES", "coverage,duplicate")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On an xdist worker, lay the tests out as one pile per worker, end to end: worksteal hands each worker
     one contiguous share of equal count, and idle workers later steal from the ends of the others' shares.

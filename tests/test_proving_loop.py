@@ -2,9 +2,10 @@
 report.json, "done" needs every target, the findings reach Init's next opening, ``baton evaluate`` re-runs the
 gates, and ``baton status`` shows the figures at 80 and 120 columns.
 
-Only the coverage and duplicate gates run here (``[proving] gates``): they need no Inspect and take milliseconds.
-The runs start from one simulated run of the example, made once for the module; whatever the example's final
-iteration scores, each test sets up the iteration it needs from it.
+The runs start from one simulated run of the example, made once for the module as a user makes it: all five gates
+(its scenario.toml), whose figures for every iteration are checked here. The tests after it run only the coverage
+and duplicate gates on copies of that run (``[proving] gates``): they need no Inspect and take milliseconds.
+Whatever the example's final iteration scores, each test sets up the iteration it needs from it.
 """
 
 from __future__ import annotations
@@ -39,9 +40,35 @@ def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished run of the example (succeeded or not: the tests below set up what they need from it)."""
     folder = tmp_path_factory.mktemp("ran")
-    root, code, output = run_example(folder, "--auto-approve")
+    with pytest.MonkeyPatch.context() as env:  # the example's own gates, not the suite's two quick ones (conftest)
+        env.delenv("BATON_PROVING_GATES", raising=False)
+        root, code, output = run_example(folder, "--auto-approve")
     assert code in (0, 1), output
     return root
+
+
+@pytest.mark.slow
+def test_the_examples_run_reports_every_figure_for_every_iteration_and_ends_proven(ran: Path) -> None:
+    """Issue 31's first "done when", offline: every iteration's report.json holds every gate's figures; the final
+    one has floor 0 for every agent, every rule covered, no duplicate, every sample solved by the blind solver
+    (the simulated model, labelled so) and every mutant rejected; the run ends done."""
+    record = load_run(ran)
+    assert record.status == "succeeded", record
+    for n in range(1, record.iteration + 1):
+        quality = Quality.model_validate(_report(ran, n)["quality"])
+        assert sorted(quality.ran) == ["coverage", "duplicate", "floor", "mutation", "solver"], (n, quality.skipped)
+        figures = quality.figures
+        assert set(figures.floor or {}) == {"do_nothing", "refuse_all", "reckless"}, n
+        assert figures.mutation_score is not None and figures.mutants, n
+        assert figures.solver is not None and figures.solver.simulated and figures.solver.k == 1, n
+        assert figures.coverage is not None and figures.duplicates is not None, n
+    final = Quality.model_validate(_report(ran, record.iteration)["quality"]).figures
+    assert final.floor == {"do_nothing": 0.0, "refuse_all": 0.0, "reckless": 0.0}
+    assert final.coverage == 1.0 and final.duplicates == 0
+    assert final.solver is not None and final.solver.solvable_share == 1.0
+    assert final.mutation_score == 1.0
+    first = Quality.model_validate(_report(ran, 1)["quality"])
+    assert record.iteration > 1 and any(f.gate == "floor" for f in first.findings)  # the story's first design
 
 
 def _fast(root: Path) -> None:
@@ -289,5 +316,5 @@ def test_the_exports_metadata_carries_the_iterations_quality(ran: Path, tmp_path
     exported = export_inspect(root, tmp_path / "export", scenario_facts(root), iteration=n)
     spec = json.loads((exported.folder / "scenario.json").read_text())
     quality = _report(root, n)["quality"]
-    assert spec["quality"]["figures"] == quality["figures"] and spec["quality"]["ran"] == ["coverage", "duplicate"]
+    assert spec["quality"]["figures"] == quality["figures"] and spec["quality"]["ran"] == quality["ran"]
     assert spec["quality"]["findings"] == len(quality["findings"])
