@@ -1,73 +1,154 @@
-"""What the floor and mutation gates cost an iteration (docs/benchmarks.md, "Floor and mutation gates").
+"""What the proving gates cost an iteration (docs/benchmarks.md, "Proving gates").
 
-The refund_desk example is run (simulated model); then each gate runs alone on a fresh copy of its final
-iteration (the export is built inside the gate, as in the first gate of a ``prove()``), once as it is and
-once with data.json grown to about 5 MB (filler customers the samples never touch). Each gate is one Inspect
-eval of all its runs with Inspect's ``mockllm/model``: no model request, no token. What it costs is the
-sandbox: one ``exec`` per tool call and one per judgement, counted from the eval's log.
+The refund_desk example is run once (simulated model). Then every gate runs alone on a fresh copy of each of its
+iterations, as ``prove()`` runs it after Execute's handoff (the export built inside the gate), and once more on
+the last iteration with data.json grown to about 5 MB (filler customers no sample names):
 
-Usage: ``python bench/gates_cost.py [--data-mb 5] [--out docs/benchmarks.md]``.
+- floor and mutation: one Inspect eval of all their runs with Inspect's ``mockllm/model`` (no model request);
+- solver: the blind solver as a user configures it, ``anthropic/claude-haiku-5-5`` with k=3, answered by
+  ``baton fake-api --latency 2s`` (the simulated model behind the documented API, two seconds to first token);
+- coverage and duplicate: pure functions of the files.
+
+What a gate costs beyond its model is the sandbox: one ``exec`` per tool call and one per judgement, counted
+from the eval's log.
+
+Usage: ``python bench/gates_cost.py [--data-mb 5] [--k 3] [--latency 2s] [--out docs/benchmarks.md]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import md_table, write_section  # noqa: E402
 from bench.example_run import example, grow, last_iteration  # noqa: E402
 from proving.evaluation.gates import ProvingSettings, prove  # noqa: E402
+from proving.evaluation.quality import GATES, Quality  # noqa: E402
+
+SOLVER = "anthropic/claude-haiku-5-5"
+KEY = "sk-ant-bench-not-a-key"  # the double accepts any key of the documented shape
 
 
-def measure(source: Path, gate: str, megabytes: float, work: Path) -> list[object]:
-    root = work / f"{gate}-{megabytes}" / "refund_desk"
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_double(latency: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    baton = Path(sys.executable).with_name("baton")
+    proc = subprocess.Popen([str(baton), "fake-api", "--port", str(port), "--latency", latency],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(f"{url}/stats", timeout=1).read()
+            return proc, url
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("baton fake-api did not start")
+
+
+def figure(gate: str, quality: Quality) -> str:
+    f = quality.figures
+    if gate == "floor":
+        return " / ".join(f"{v:g}" for v in (f.floor or {}).values())
+    if gate == "mutation":
+        return f"{f.mutation_score:g} of {f.mutants}"
+    if gate == "solver" and f.solver is not None:
+        return f"solvable {f.solver.solvable_share:g}, pass^{f.solver.k} {f.solver.pass_hat_k:g}"
+    if gate == "coverage":
+        return f"{f.coverage:g}"
+    return str(f.duplicates)
+
+
+def execs(logs: Path) -> tuple[int, int]:
+    """(tool calls, judgements) of the gate's one eval: each an exec of the export's box."""
+    from inspect_ai.log import read_eval_log
+
+    found = list(logs.glob("*.eval")) if logs.is_dir() else []
+    if not found:
+        return 0, 0
+    log = read_eval_log(str(found[0]))
+    return sum(len((s.store or {}).get("baton:calls") or []) for s in log.samples or []), len(log.samples or [])
+
+
+def measure(source: Path, iteration: int, gate: str, megabytes: float, work: Path, k: int) -> list[Any]:
+    root = work / f"{gate}-{iteration}-{megabytes:g}" / "refund_desk"
     shutil.copytree(source, root)
-    iteration = last_iteration(root)
+    out = root / "execution_outputs" / f"iteration_{iteration}"
     if megabytes:
-        grow(root / "execution_outputs" / f"iteration_{iteration}" / "tools", megabytes)
-    size = (root / "execution_outputs" / f"iteration_{iteration}" / "tools" / "data.json").stat().st_size
+        grow(out / "tools", megabytes)
+    size = (out / "tools" / "data.json").stat().st_size
+    settings = ProvingSettings(gates=[gate], solver_k=k, solver_model=SOLVER)
     started = time.monotonic()
-    quality = prove(root, iteration, ProvingSettings(gates=[gate]))
+    quality = prove(root, iteration, settings)
     wall = time.monotonic() - started
     if gate not in quality.ran:
         raise SystemExit(f"{gate} did not run: {quality.skipped}")
-    runs = json.loads((root / "execution_outputs" / f"iteration_{iteration}" / "proving_logs" /
-                       f"{gate}_runs.json").read_text())["runs"]
-    from inspect_ai.log import read_eval_log
-
-    (log_path,) = (root / "execution_outputs" / f"iteration_{iteration}" / "proving_logs").glob("*.eval")
-    log = read_eval_log(str(log_path))
-    calls = sum(len((s.store or {}).get("baton:calls") or []) for s in log.samples or [])
-    figure = quality.figures.floor if gate == "floor" else quality.figures.mutation_score
-    return [gate, f"{size / 1e3:,.0f} kB", len(runs), calls, len(runs), 0, f"{wall:.1f} s", figure,
-            len(quality.findings)]
+    calls, judged = execs(out / "proving_logs")
+    requests, tokens_in, tokens_out = 0, 0, 0
+    record = out / "proving_logs" / "solver.json"
+    if record.is_file():
+        solver = json.loads(record.read_text())["solver"]
+        requests = solver["requests"]
+        for usage in solver["tokens"].values():
+            tokens_in += usage.get("input_tokens", 0) + usage.get("input_tokens_cache_read", 0)
+            tokens_out += usage.get("output_tokens", 0)
+    return [iteration, gate, f"{size / 1e3:,.0f} kB", calls, judged, requests, f"{tokens_in:,} / {tokens_out:,}",
+            f"{wall:.1f} s", figure(gate, quality), len(quality.findings)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-mb", type=float, default=5.0)
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--latency", default="2s")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="baton-gates-cost-") as tmp:
-        work = Path(tmp)
-        source = example(work)
-        rows = [measure(source, gate, mb, work) for mb in (0.0, args.data_mb) for gate in ("floor", "mutation")]
-    table = md_table(["gate", "data.json", "runs", "tool calls (exec)", "judgements (exec)", "model requests",
-                      "wall clock", "figure", "findings"], rows)
+    double, url = start_double(args.latency)
+    os.environ.update({"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": KEY})
+    try:
+        with tempfile.TemporaryDirectory(prefix="baton-gates-cost-") as tmp:
+            work = Path(tmp)
+            os.environ["BATON_PROVING_GATES"] = "coverage,duplicate"  # the run itself; each gate is timed below
+            source = example(work)
+            last = last_iteration(source)
+            rows = [measure(source, n, gate, 0.0, work, args.k) for n in range(1, last + 1) for gate in GATES]
+            rows += [measure(source, last, gate, args.data_mb, work, args.k)
+                     for gate in ("floor", "mutation", "solver")]
+    finally:
+        double.terminate()
+        double.wait(timeout=10)
+    table = md_table(["iteration", "gate", "data.json", "tool calls (exec)", "judgements (exec)", "model requests",
+                      "tokens in / out", "wall clock", "figure", "findings"], rows)
+    totals = {n: sum(float(r[7].split()[0]) for r in rows[:len(GATES) * last] if r[0] == n) for n in range(1, last + 1)}
+    summary = ", ".join(f"iteration {n}: {s:.0f} s" for n, s in totals.items())
     print(table)
+    print(f"all five gates, example data: {summary}")
     if args.out:
-        body = (f"`python bench/gates_cost.py --data-mb {args.data_mb:g} --out {args.out}`: each gate alone on the "
-                "example's final iteration, export built inside it, one Inspect eval with mockllm/model (no model "
-                "request, no token), every tool call and judgement an exec in the export's bwrap sandbox.\n\n"
-                + table)
-        write_section(args.out, "Floor and mutation gates", body)
+        body = (f"`python bench/gates_cost.py --data-mb {args.data_mb:g} --k {args.k} --latency {args.latency} "
+                f"--out {args.out}`, {os.cpu_count()} CPUs. Each gate alone on a copy of each iteration of the "
+                "example, the export built inside it; floor and mutation with Inspect's mockllm/model (no model "
+                f"request), the solver as `{SOLVER}` with k={args.k} through `baton fake-api --latency "
+                f"{args.latency}` (the simulated model behind the documented API); the last rows on the last "
+                f"iteration with data.json grown to about {args.data_mb:g} MB. Every tool call and judgement is an "
+                f"exec in the export's bwrap sandbox. All five gates on the example's data: {summary}.\n\n" + table)
+        write_section(args.out, "Proving gates", body)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from tests.agent_run import copy_example
+from tests.suite_gates import suite_gates
 from tests.workers_harness import Proc, free_port, wait_for
 from workers.app import mask_secrets, mask_url
 
@@ -79,7 +80,8 @@ def redis_with_password(tmp_path_factory):
 def baton(scenarios: Path, broker: str, *args: str) -> subprocess.CompletedProcess[str]:
     if not BATON.exists():
         pytest.skip("the baton entry point is not installed (pip install -e .)")
-    env = {"PATH": str(BATON.parent), "HOME": str(scenarios), "COLUMNS": "200", "BATON_BROKER_URL": broker}
+    env = {"PATH": str(BATON.parent), "HOME": str(scenarios), "COLUMNS": "200", "BATON_BROKER_URL": broker,
+           **suite_gates()}
     return subprocess.run([str(BATON), "--scenarios-dir", str(scenarios), *args], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
 

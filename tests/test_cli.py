@@ -20,6 +20,7 @@ from scenarios.run import copy_scenario
 from tests.export_support import EXAMPLE, UNSET
 from tests.export_support import baton as invoke
 from tests.shared_runs import SharedRun
+from tests.suite_gates import suite_gates
 from workers.cli import cli
 
 runner = CliRunner()
@@ -262,7 +263,8 @@ def test_the_installed_entry_point(tmp_path: Path) -> None:
     def call(*args: str) -> subprocess.CompletedProcess[str]:
         # A minimal environment: no broker, no API key, whatever the developer's shell holds.
         return subprocess.run([str(baton), "--scenarios-dir", str(tmp_path), *args], check=False, capture_output=True,
-                              text=True, timeout=60, env={"PATH": str(baton.parent), "HOME": str(tmp_path)})
+                              text=True, timeout=60,
+                              env={"PATH": str(baton.parent), "HOME": str(tmp_path), **suite_gates()})
 
     created = call("new", "smoke")  # one call: the interpreter's start-up takes seconds on a busy machine
     assert created.returncode == 0, created.stderr

@@ -53,10 +53,22 @@ def test_full_coverage_has_no_finding():
 
 def test_removing_every_sample_of_a_rule_is_a_finding_naming_it():
     share, _, findings = coverage(RULES, [s for s in SAMPLES if "R3" not in s["rules"]])
-    assert share == 0.75
+    assert share == 0.5  # R3 unexercised, and R2 only half: a refusing rule counts when both its sides are seen
     # s3 was also R2's other side: R2 is now seen refusing only
     assert [(f.gate, f.rule, f.class_, "only seen refusing" in f.detail) for f in findings] == [
         ("coverage", "R2", "L4", True), ("coverage", "R3", "L4", False)]
+
+
+def test_a_refusing_rule_seen_on_one_side_only_is_not_covered():
+    """Issue 31: "a refusing rule on both its sides". An agent that always refuses passes every sample of a rule
+    seen refusing only, so that rule is a finding and does not count towards the coverage figure."""
+    # s3 granted a refund where R2 was considered; s6 keeps R3 exercised without it
+    one_sided = [s for s in SAMPLES if s["id"] != "s3"] + [
+        sample("s6", ["R3"], [act("get_order", order_id="O6"), act("issue_refund", order_id="O6", amount=5,
+                                                                     reason="damaged")])]
+    share, _, findings = coverage(RULES, one_sided)
+    assert share == 0.75
+    assert [(f.rule, "only seen refusing" in f.detail) for f in findings] == [("R2", True)]
 
 
 def test_a_rule_the_design_lacks_and_a_design_without_ids_are_findings():

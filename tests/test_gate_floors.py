@@ -100,21 +100,41 @@ def test_a_sample_with_no_expected_action_and_no_expected_state_gets_a_floor_fin
     assert "nothing changes" in detail
 
 
+def _without_tools(root: Path, pattern: str) -> list[str]:
+    """Rename iteration 2's tools whose names match ``pattern`` out of reach, and remove the samples that used
+    them; the names."""
+    out = root / "execution_outputs" / "iteration_2"
+    tools = out / "tools" / "tools.py"
+    gone = re.findall(rf"^def (\w*(?:{pattern})\w*)\(", tools.read_text(), re.MULTILINE)
+    assert gone
+    source = tools.read_text()
+    for name in gone:
+        source = source.replace(f"def {name}(", f"def _{name}(")
+    tools.write_text(source)
+    for path in (out / "samples").glob("*.json"):
+        if any(a["tool"] in gone for a in json.loads(path.read_text())["actions"]):
+            path.unlink()
+    return gone
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("inspect_gates")
+def test_with_an_escalation_tool_but_none_that_records_a_refusal_the_finding_is_still_the_designs(
+        finished_run, tmp_path):
+    root = finished_run.copy_to(tmp_path)
+    assert "escalate" not in _without_tools(root, "refus|deny|declin|reject")
+    _edit_sample(root, "s01_day30_refund.json", actions=[], expected_outputs=[], expected_state={})
+    quality = prove(root, 2, ProvingSettings(gates=["floor"]))
+    assert ("s01_day30_refund", "L1", "do_nothing") in findings(quality)
+    detail = next(f.detail for f in quality.findings if f.sample == "s01_day30_refund")
+    assert "can only escalate" in detail
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("inspect_gates")
 def test_without_a_tool_that_records_a_refusal_the_finding_is_the_designs(finished_run, tmp_path):
     root = finished_run.copy_to(tmp_path)
-    out = root / "execution_outputs" / "iteration_2"
-    tools = out / "tools" / "tools.py"
-    refusing = re.findall(r"^def (\w*(?:refus|deny|declin|reject|escalat)\w*)\(", tools.read_text(), re.MULTILINE)
-    assert refusing
-    source = tools.read_text()
-    for name in refusing:  # renamed: nothing in the scenario records a refusal any more
-        source = source.replace(f"def {name}(", f"def _{name}(")
-    tools.write_text(source)
-    for path in (out / "samples").glob("*.json"):  # the samples that used them go with them
-        if any(a["tool"] in refusing for a in json.loads(path.read_text())["actions"]):
-            path.unlink()
+    _without_tools(root, "refus|deny|declin|reject|escalat")  # nothing in the scenario records a refusal any more
     _edit_sample(root, "s01_day30_refund.json", actions=[], expected_outputs=[], expected_state={})
     quality = prove(root, 2, ProvingSettings(gates=["floor"]))
     caught = findings(quality)

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from tests.agent_run import assert_log_consistent, copy_example
+from tests.suite_gates import suite_gates
 from tests.workers_harness import Cluster, RedisServer, wait_for
 from workers.scenario_lock import Holder, ScenarioBusy, holder, lock_path, scenario_lock, shared_scenario_lock
 
@@ -37,7 +38,7 @@ def minimal_env(home: Path) -> dict[str, str]:
     # stays on PATH: the run's evaluation samples run only in its sandbox.
     bwrap = shutil.which("bwrap")
     path = [str(BATON.parent), *([str(Path(bwrap).parent)] if bwrap else [])]
-    return {"PATH": os.pathsep.join(path), "HOME": str(home), "COLUMNS": "200"}
+    return {"PATH": os.pathsep.join(path), "HOME": str(home), "COLUMNS": "200", **suite_gates()}
 
 
 def test_no_lock_file_means_nobody_holds_the_scenario(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.suite_gates import suite_gates
 from tests.trace_checks import Recorded, check_run_tree, content_keys
 from tests.workers_harness import Cluster, free_port, spawn, wait_for
 
@@ -98,6 +99,7 @@ def test_embedded_run_in_phoenix(phoenix, tmp_path):
     url, python = phoenix
     scenarios = tmp_path / "scenarios"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC_", "BATON_", "CELERY_"))}
+    env |= suite_gates()
     baton = str(Path(sys.executable).parent / "baton")
     done = subprocess.run([baton, "--scenarios-dir", str(scenarios), "run", "refund_desk", "--auto-approve",
                            "--profile", "demo", "--embedded"], env=env | _otel_env(url), capture_output=True,

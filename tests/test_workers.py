@@ -102,10 +102,19 @@ def assert_killed_locks_expire(url: str) -> None:
 
 def test_run_to_done_on_three_workers(broker, request, tmp_path):
     cluster = _cluster(request, broker.url, tmp_path)
+    every_gate = request.node.callspec.params["broker"] == "redis-server"
+    if every_gate:  # the example's own five gates, the blind solver included, proven on workers (issue 31, item 7)
+        cluster.env.pop("BATON_PROVING_GATES", None)
     cluster.workers()
     cluster.start_run()
     record = cluster.wait_done()
     assert_finished_cleanly(cluster, record)
+    if every_gate:
+        for n in (1, 2):
+            report = json.loads((cluster.root / f"execution_outputs/iteration_{n}/report.json").read_text())
+            assert sorted(report["quality"]["ran"]) == ["coverage", "duplicate", "floor", "mutation", "solver"], n
+        assert report["quality"]["figures"]["floor"] == {"do_nothing": 0.0, "reckless": 0.0, "refuse_all": 0.0}
+        assert report["quality"]["figures"]["solver"]["solvable_share"] == 1.0
     # Each queue's own worker served it, and only it.
     logs = {q: next(p for p in cluster.procs if p.name == f"worker-{q}").tail(10**7) for q in QUEUES}
     for role in ROLES:

@@ -29,6 +29,7 @@ import workers.tasks as worker_tasks
 from agents.disk import AgentDisk
 from scenarios.run import copy_scenario
 from tests.agent_run import EXAMPLE, assert_log_consistent
+from tests.suite_gates import suite_gates
 from workers.app import make_app
 from workers.loop import Task, resume, start
 
@@ -259,6 +260,8 @@ def child_env(broker_url: str, scenarios: Path) -> dict[str, str]:
         "BATON_BROKER_URL": broker_url,
         "BATON_SCENARIOS_DIR": str(scenarios),
         "BATON_PROFILE": "demo",
+        # The gates the suite runs (tests/conftest.py) reach the workers too: their environment is made here.
+        **suite_gates(),
     }
 
 

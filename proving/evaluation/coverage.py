@@ -37,8 +37,9 @@ def outcome_side(sample: Mapping[str, Any]) -> str:
 
 def coverage(business_rules: str, samples: Iterable[Mapping[str, Any]]) -> tuple[float | None, list[str],
                                                                                    list[Finding]]:
-    """The share of the design's rules some sample exercises, the rule ids, and a finding per rule no sample
-    exercises, per refusing rule seen on one side only, and per sample citing a rule the design lacks."""
+    """The share of the design's rules the samples exercise (a refusing rule on both its sides), the rule ids, and
+    a finding per rule no sample exercises, per refusing rule seen on one side only, and per sample citing a rule
+    the design lacks."""
     rules = rule_ids(business_rules)
     samples = list(samples)
     sides: dict[str, set[str]] = {}
@@ -64,7 +65,8 @@ def coverage(business_rules: str, samples: Iterable[Mapping[str, Any]]) -> tuple
             findings.append(Finding(gate="coverage", rule=rule, **{"class": "L4"}, detail=(
                 f"rule {rule} is only seen refusing; add a sample where it is considered and the request is "
                 "granted (its other side), so an agent that always refuses cannot pass it")))
-    covered = sum(1 for rule in rules if sides.get(rule))
+    # A rule seen refusing only is exercised by half: an agent that refuses everything passes all its samples.
+    covered = sum(1 for rule in rules if sides.get(rule) and sides[rule] != {"refuses"})
     return round(covered / len(rules), 4), rules, findings
 
 

@@ -7,11 +7,13 @@
 
 The two last are deterministic solvers of the export's runtime (``-T agent=refuse_all``, runtime/agents.py).
 A sample any of them passes is a finding: its right outcome is not observable in the final state (L1 when the
-scenario has no tool that records a refusal, so the design must add one), or the scorer accepts a shortcut (L4).
+scenario has no tool that records a refusal, an escalation tool included, so the design must add one), or the
+scorer accepts a shortcut (L4).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from proving.evaluation.coverage import LOOKING, REFUSING
@@ -20,6 +22,7 @@ from proving.evaluation.gates import FunctionGate, GateContext, GateResult, regi
 from proving.evaluation.quality import Finding
 
 AGENTS = ("do_nothing", "refuse_all", "reckless")
+REFUSAL = re.compile(r"refus|deny|denied|declin|reject")  # of the REFUSING tools, those that record a refusal
 
 
 def floor_runs(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -42,13 +45,18 @@ def _failed(output: Any) -> bool:
     return isinstance(output, dict) and "error" in output
 
 
-def why(agent: str, sample: dict[str, Any], outcome: RunOutcome, recorder: str | None) -> str:
+def why(agent: str, sample: dict[str, Any], outcome: RunOutcome, recorder: str | None,
+        refusal_recorder: str | None = None) -> str:
     nothing = changes_nothing(sample)
     if agent == "do_nothing" or (agent == "refuse_all" and recorder is None):
         if nothing:
-            fix = (f"record the refusal with a tool in its expected actions (this scenario has {recorder})"
-                   if recorder else "the design needs a tool that records a refusal or an escalation, and the sample "
-                   "must use it")
+            if refusal_recorder:
+                fix = f"record the refusal with a tool in its expected actions (this scenario has {refusal_recorder})"
+            elif recorder:
+                fix = (f"this scenario can only escalate ({recorder}), not record a refusal: the design needs a "
+                       "tool that records one, and the sample must use it")
+            else:
+                fix = "the design needs a tool that records a refusal or an escalation, and the sample must use it"
             return (f"{agent} passed it ({_calls(outcome)}): its right outcome is that nothing changes, so nothing "
                     f"in the final state tells a refusal from doing nothing; {fix}")
         return (f"{agent} passed it ({_calls(outcome)}) although its expected actions change the data: the scorer "
@@ -65,6 +73,9 @@ def why(agent: str, sample: dict[str, Any], outcome: RunOutcome, recorder: str |
 def floor(ctx: GateContext) -> GateResult:
     recorders = sorted(t["name"] for t in exported_tools(ctx) if REFUSING.search(t["name"]))
     recorder = recorders[0] if recorders else None
+    # Only a tool that records a refusal lets a sample whose right answer is "no" show it: an escalation
+    # hands the request on, which is another answer.
+    refusal_recorder = next((name for name in recorders if REFUSAL.search(name)), None)
     outcomes = run_agents(ctx, "floor", floor_runs(ctx.samples))
     figures: dict[str, float] = {}
     findings = []
@@ -72,8 +83,8 @@ def floor(ctx: GateContext) -> GateResult:
         passed = [s for s in ctx.samples if outcomes[f"{s['id']}~{agent}"].passed]
         figures[agent] = round(len(passed) / len(ctx.samples), 4) if ctx.samples else 0.0
         for sample in passed:
-            layer = "L1" if recorder is None and changes_nothing(sample) else "L4"
-            detail = why(agent, sample, outcomes[f"{sample['id']}~{agent}"], recorder)
+            layer = "L1" if refusal_recorder is None and changes_nothing(sample) else "L4"
+            detail = why(agent, sample, outcomes[f"{sample['id']}~{agent}"], recorder, refusal_recorder)
             findings.append(Finding.of("floor", layer, detail, sample=str(sample["id"])))
     return GateResult({"floor": figures}, findings)
 
