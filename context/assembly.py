@@ -181,13 +181,17 @@ def request_body(
 
 def kept_from(history: History, base: int, keep_steps: int) -> int:
     """Where a compaction's verbatim part starts: the N-th last step since `base`.
-    If a round opened right before it, that opening message is kept too (it is the task)."""
+    If a round opened right before it, that opening message is kept too (it is the task). Not a note of
+    baton's alone ("your reply had no tool call, continue"), which opens a round in form only: kept, it would
+    stand where the task belongs, and the task would be pinned nowhere; left out, the steps start mid-round
+    and the latest real opening is pinned after the summary."""
     steps = history.steps_in(base)
     if not steps:
         return base
     start = steps[max(0, len(steps) - keep_steps)]
-    if start > base and history.rounds_in(start - 1, start):
-        start -= 1
+    if start > base and history.rounds_in(start - 1, start) and (
+            own_text(history.view[start - 1]) or not history.seqs_at(start)):
+        start -= 1  # (a step that begins inside the log message before it, a repaired one, goes with it)
     return start
 
 

@@ -180,3 +180,18 @@ def test_property_the_pin_is_stable_while_its_event_is_the_latest(log, keep, cut
         key = pinned.canonical if pinned else None
         head = key if head is None else head
         assert key == head  # the same bytes on every call until the next compaction
+
+
+def test_a_reply_without_a_tool_call_and_baton_s_nudge_do_not_open_a_round_so_the_opening_stays_pinned():
+    """Found by the example through the double with all five gates: Init answered one step without a tool call,
+    baton's note asked it to go on, and the next compaction kept from that note as if it opened a round. The
+    request then held no opening at all (the simulated model, which goes by the opening's "Scenario:" line,
+    refused it). A note of baton's alone is no new task: the kept steps start after it, and the opening is
+    pinned."""
+    h = log_of(BRIEF, 3)
+    h.append(assistant("I have read everything I need."))  # no tool call, and the turn has not ended
+    h.append(user("[baton] Your reply had no tool call, but a turn only ends with SubmitHandoff. Continue."))
+    add_steps(h, 3, 4)
+    asm = Assembler(h, policy(keep_last_steps=3), agent="execute")
+    validate(asm.assemble().messages)
+    assert reopening(asm, summarise(asm)).content[0].text == PINNED_OPENING.format(text=BRIEF)
