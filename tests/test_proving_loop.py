@@ -278,6 +278,44 @@ def test_evaluate_reruns_the_gates_on_a_hand_edited_copy(ran: Path, tmp_path: Pa
     assert result.exit_code == 0 and "quality" not in _report(root, n) and "gates:" not in result.output
 
 
+@pytest.mark.slow
+def test_evaluate_finds_each_hand_edit_with_the_gates_that_run_the_export(ran: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31's second "done when", all four edits on one copy of the final iteration, re-run with `baton
+    evaluate`: a sample with no expected action and no expected state (floor), a tool whose effect is not
+    recorded (mutation), a sample copied under a new id (duplicate), every sample of one rule removed (coverage)."""
+    from tests.test_gate_mutants import RECEIPT
+
+    root = _copy(ran, tmp_path, monkeypatch)
+    monkeypatch.setenv("BATON_PROVING_GATES", "coverage,duplicate,floor,mutation")
+    n = _last(root)
+    rule = _a_rule(root, n)
+    _without_rule(root, n, rule)
+    left = sorted(_samples(root, n).glob("*.json"))
+    emptied, receipted, copied = left[0], left[1], left[2]
+    sample = json.loads(emptied.read_text())
+    emptied.write_text(json.dumps(sample | {"actions": [], "expected_outputs": [], "expected_state": {}}))
+    sample = json.loads(receipted.read_text())
+    order = next(a["args"]["order_id"] for a in sample["actions"] if "order_id" in a.get("args", {}))
+    sample["actions"].append({"tool": "send_receipt", "args": {"order_id": order}})
+    sample["expected_outputs"].append(None)
+    receipted.write_text(json.dumps(sample))
+    with (root / f"execution_outputs/iteration_{n}/tools/tools.py").open("a") as tools:
+        tools.write(RECEIPT)
+    (_samples(root, n) / "copied_sample.json").write_text(json.dumps(json.loads(copied.read_text()) |
+                                                                     {"id": "copied_sample"}))
+    result = invoke(tmp_path, "evaluate", "refund_desk", "--iteration", str(n))
+    assert result.exit_code == 0, result.output
+    quality = Quality.model_validate(_report(root, n)["quality"])
+    assert sorted(quality.ran) == ["coverage", "duplicate", "floor", "mutation"], quality.skipped
+    found = {(f.gate, f.sample, f.rule) for f in quality.findings}
+    assert ("floor", emptied.stem, None) in found, quality.findings
+    assert any(f.gate == "mutation" and f.sample == receipted.stem and "send_receipt" in f.detail
+               for f in quality.findings), quality.findings
+    assert any(f.gate == "duplicate" and "copied_sample" in (f.sample or "") + f.detail for f in quality.findings)
+    assert ("coverage", None, rule) in found, quality.findings
+
+
 # ---- baton status ------------------------------------------------------------------------------
 
 
