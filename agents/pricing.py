@@ -127,18 +127,20 @@ class Tokens(BaseModel):
         """Every token the call read: what decides a tiered price's tier."""
         return self.input + self.cache_write + self.cache_read
 
-    def cost(self, price: Price | None) -> float | None:
-        """US dollars of one call (its prompt picks a tiered price's tier), or None without a price."""
+    def cost(self, price: Price | None, calls: int = 1) -> float | None:
+        """US dollars of one call (its prompt picks a tiered price's tier), or None without a price. With
+        ``calls``, of that many calls summed whose prompts are not known one by one (Inspect's usage of a gate):
+        priced at the tier of their mean prompt, an estimate where the price has tiers."""
         if price is None:
             return None
-        rates = price.for_prompt(self.prompt)
+        rates = price.for_prompt(self.prompt // max(calls, 1))
         dollars = (self.input * rates.input + self.cache_write * rates.cache_write
                    + self.cache_read * rates.cache_read + self.output * rates.output)
         return dollars / 1_000_000
 
-    def uncached_cost(self, price: Price | None) -> float | None:
+    def uncached_cost(self, price: Price | None, calls: int = 1) -> float | None:
         """What the same call would have cost with no prompt cache: every input token at the input price."""
         if price is None:
             return None
-        rates = price.for_prompt(self.prompt)  # the same prompt, so the same tier
+        rates = price.for_prompt(self.prompt // max(calls, 1))  # the same prompt, so the same tier
         return (self.prompt * rates.input + self.output * rates.output) / 1_000_000

@@ -105,3 +105,46 @@ def test_a_scenario_prices_a_model_itself(run):
                     'cache_read = 1\n')
     init = read_spend(run).agents["init"]
     assert init.total.cost_usd == pytest.approx(sum(init.total.tokens.model_dump().values()) / 1e6)
+
+
+def _solver_record(root: Path, iteration: int, model: str, usage: dict[str, int], requests: int,
+                   simulated: bool = False) -> None:
+    """What the solver gate writes (proving/evaluation/solver.py, proving_logs/solver.json)."""
+    logs = Layout(root).outputs(iteration) / "proving_logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    spend = {"model": model, "simulated": simulated, "requests": requests, "tokens": {model: usage},
+             "duration_s": 1.0, "pass_rate": 1.0, "per_sample": {}, "log": "x.eval"}
+    (logs / "solver.json").write_text(json.dumps({"iteration": iteration, "k": 3, "solver": spend, "panel": []}))
+
+
+def test_the_blind_solvers_spend_is_shown_beside_the_agents(run):
+    """Issue 31, item 3: the solver's requests and spend are recorded and shown like the agents'."""
+    usage = {"input_tokens": 2_000_000, "output_tokens": 100_000, "input_tokens_cache_read": 1_000_000,
+             "input_tokens_cache_write": 0}
+    _solver_record(run, 1, "anthropic/claude-haiku-5-5", usage, requests=99)
+    _solver_record(run, 2, "anthropic/claude-haiku-5-5", usage, requests=105)
+    spend = read_spend(run)
+    (solver,) = spend.proving.values()
+    assert solver.model == "anthropic/claude-haiku-5-5" and solver.requests == 204
+    assert solver.total.tokens == Tokens(input=4_000_000, cache_read=2_000_000, output=200_000)
+    haiku = DEFAULT_PRICES["claude-haiku-5-5"]
+    per_call_mean = Tokens(input=2_000_000, cache_read=1_000_000, output=100_000)
+    # Inspect sums a gate's calls; priced as one call of that prompt it would reach the long tier, so the
+    # solver's spend is priced at the short tier's rates and says it is an estimate.
+    assert solver.total.cost_usd == pytest.approx(2 * (per_call_mean.input * haiku.input
+                                                       + per_call_mean.cache_read * haiku.cache_read
+                                                       + per_call_mean.output * haiku.output) / 1e6)
+    assert set(solver.by_iteration) == {1, 2}
+    assert spend.total.tokens == sum((a.total.tokens for a in spend.agents.values()), Tokens()) + solver.total.tokens
+    shown = CliRunner().invoke(cli, ["--scenarios-dir", str(run.parent), "status", run.name],
+                               env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "solver" in shown.output and "anthropic/claude-haiku-5-5" in shown.output and "204" in shown.output
+
+
+def test_a_simulated_solver_is_counted_and_not_billed(run):
+    _solver_record(run, 1, "baton/simulated", {"input_tokens": 500, "output_tokens": 50}, requests=10,
+                   simulated=True)
+    (solver,) = read_spend(run).proving.values()
+    assert solver.simulated and not solver.priced and solver.total.cost_usd is None
+    assert solver.total.tokens == Tokens(input=500, output=50)

@@ -220,6 +220,14 @@ def spend_table(spend: RunSpend) -> Table:
             model = () if small else ((agent.model or "simulated") if i == 0 else "",)
             table.add_row(label, *model, number(t.input), number(t.cache_write), number(t.cache_read),
                           number(t.output), _dollars(part.cost_usd), _dollars(part.saved_by_cache_usd))
+    for gate in spend.proving.values():  # the proving gates' models, after the agents (issue 31: shown alike)
+        rows = [(gate.label, gate.total), *((f"  iteration {n}", s) for n, s in gate.by_iteration.items())]
+        for i, (label, part) in enumerate(rows):
+            t = part.tokens
+            model = () if small else (("simulated" if gate.simulated else gate.model.split("/", 1)[-1]) if i == 0
+                                      else "",)
+            table.add_row(label, *model, number(t.input), number(t.cache_write), number(t.cache_read),
+                          number(t.output), _dollars(part.cost_usd), _dollars(part.saved_by_cache_usd))
     total = spend.total
     table.add_row("total", *(() if small else ("",)), number(total.tokens.input), number(total.tokens.cache_write),
                   number(total.tokens.cache_read), number(total.tokens.output), _dollars(total.cost_usd),
@@ -227,14 +235,25 @@ def spend_table(spend: RunSpend) -> Table:
     return fit_first(table, 1)
 
 
+def gates_spend_note(spend: RunSpend) -> Text | None:
+    """The proving gates' models by name, with their requests (the table has room for the id alone)."""
+    if not spend.proving:
+        return None
+    said = [f"{g.label} {g.model}{' (SIMULATED)' if g.simulated else ''}: {g.requests:,} requests"
+            for g in spend.proving.values()]
+    return Text("proving gates' models: " + "; ".join(said))
+
+
 def spend_note(spend: RunSpend) -> Text | None:
     """Why a cost is missing, when it is."""
     unpriced = [a for a in spend.agents.values() if not a.priced and a.total.tokens.output]
-    if not unpriced:
+    unpriced_gates = [g for g in spend.proving.values() if not g.priced and g.total.tokens.output]
+    if not unpriced and not unpriced_gates:
         return None
-    if all(a.model is None for a in unpriced):
+    if all(a.model is None for a in unpriced) and all(g.simulated for g in unpriced_gates):
         return Text("the simulated model is not billed: tokens are shown, costs are not")
-    models = ", ".join(sorted({a.model for a in unpriced if a.model}))
+    models = ", ".join(sorted({a.model for a in unpriced if a.model}
+                              | {g.model.split("/", 1)[-1] for g in unpriced_gates if not g.simulated}))
     return Text(f"no price on file for {models}: add [prices.<model id>] (input, output, cache_write, cache_read "
                 "in $/MTok) to scenario.toml", style="yellow")
 
@@ -321,8 +340,9 @@ def status_report(root: Path) -> None:
     spend = read_spend(root)
     if spend.total.tokens.output:
         out.print(spend_table(spend))
-        if note := spend_note(spend):
-            say(note)
+        for note in (gates_spend_note(spend), spend_note(spend)):
+            if note is not None:
+                say(note)
     problem = toml_problem(root)
     if problem:
         say(Text.assemble(("scenario.toml: ", "bold red"), problem))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from agents.disk import AgentDisk
 from agents.events import (
@@ -25,8 +25,11 @@ from agents.events import (
 )
 from agents.pricing import Price, Tokens, price_for
 from agents.settings_layers import scenario_prices
+from proving.evaluation.exported import LOGS
+from proving.evaluation.solver import RECORD, SolverRecord
+from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.run import load_run
-from scenarios.store import AGENTS
+from scenarios.store import AGENTS, Layout
 from workers.pinning import pins_of
 
 
@@ -36,9 +39,10 @@ class Spend(BaseModel):
     saved_by_cache_usd: float | None = None  # what the same calls would have cost with no prompt cache, minus cost
 
     @classmethod
-    def of(cls, tokens: Tokens, price: Price | None) -> Spend:
-        """One call's spend (or nothing yet, with no tokens): priced at its own prompt's tier."""
-        cost, uncached = tokens.cost(price), tokens.uncached_cost(price)
+    def of(cls, tokens: Tokens, price: Price | None, calls: int = 1) -> Spend:
+        """One call's spend (or nothing yet, with no tokens): priced at its own prompt's tier; ``calls`` calls
+        summed, at the tier of their mean prompt (``Tokens.cost``)."""
+        cost, uncached = tokens.cost(price, calls), tokens.uncached_cost(price, calls)
         saved = None if cost is None or uncached is None else uncached - cost
         return cls(tokens=tokens, cost_usd=cost, saved_by_cache_usd=saved)
 
@@ -70,21 +74,73 @@ class AgentSpend(BaseModel):
     per_compaction: list[CompactionSpend]
 
 
+class GateSpend(BaseModel):
+    """What a proving gate's model spent (the blind solver, a model of the difficulty panel), read from each
+    iteration's ``proving_logs/solver.json``. Inspect reports a gate's calls summed, so each iteration is priced
+    as that many calls at the tier of their mean prompt: exact for a flat price, an estimate for a tiered one."""
+
+    label: str  # "solver" or "panel"
+    model: str  # the Inspect model string
+    simulated: bool
+    priced: bool
+    requests: int
+    total: Spend
+    by_iteration: dict[int, Spend]
+
+
 class RunSpend(BaseModel):
     agents: dict[str, AgentSpend]
+    proving: dict[str, GateSpend] = Field(default_factory=dict)  # "<label> <model>" -> its spend
     total: Spend
 
 
 def read_spend(root: Path) -> RunSpend:
-    """The spend of the scenario's current run (its events), priced at each agent's pinned model."""
-    pins, prices = pins_of(load_run(root)), scenario_prices(root)
+    """The spend of the scenario's current run (its events), priced at each agent's pinned model, and of the
+    proving gates' models."""
+    record, prices = load_run(root), scenario_prices(root)
+    pins = pins_of(record)
     agents = {role: _agent_spend(root, role, pins[role].id if role in pins else None, prices) for role in AGENTS}
-    total = sum((a.total.tokens for a in agents.values()), Tokens())
-    costs = [a.total.cost_usd for a in agents.values() if a.total.tokens != Tokens()]
+    proving = _gate_spend(root, prices)
+    parts = [a.total for a in agents.values()] + [g.total for g in proving.values()]
+    total = sum((p.tokens for p in parts), Tokens())
+    costs = [p.cost_usd for p in parts if p.tokens != Tokens()]
     cost = None if not costs or None in costs else sum(c for c in costs if c is not None)
-    saved = [a.total.saved_by_cache_usd for a in agents.values() if a.total.saved_by_cache_usd is not None]
-    return RunSpend(agents=agents, total=Spend(tokens=total, cost_usd=cost,
-                                               saved_by_cache_usd=sum(saved) if cost is not None else None))
+    saved = [p.saved_by_cache_usd for p in parts if p.saved_by_cache_usd is not None]
+    return RunSpend(agents=agents, proving=proving, total=Spend(tokens=total, cost_usd=cost,
+                                                                saved_by_cache_usd=sum(saved) if cost is not None
+                                                                else None))
+
+
+def _gate_spend(root: Path, prices: dict[str, Price]) -> dict[str, GateSpend]:
+    found: dict[str, GateSpend] = {}
+    named = Folder(root).names("execution_outputs", "iteration_*", kinds=("folder",))
+    for n in sorted(int(name.split("_", 1)[1]) for name in named if name.split("_", 1)[1].isdecimal()):
+        raw = Folder(root).read_json_or_none(Layout(root).outputs(n) / LOGS / RECORD, RECORD_BYTES)
+        try:
+            record = SolverRecord.model_validate(raw) if raw is not None else None
+        except ValidationError:
+            continue  # a record this baton cannot read counts for nothing, and hides nothing else
+        if record is None:
+            continue
+        for label, used in [("solver", record.solver), *(("panel", p) for p in record.panel)]:
+            model_id = used.model.split("/", 1)[-1]
+            price = None if used.simulated else price_for(model_id, prices)
+            tokens = sum((_inspect_tokens(u) for u in used.tokens.values()), Tokens())
+            call = Spend.of(tokens, price, calls=used.requests)
+            key = f"{label} {used.model}"
+            had = found.get(key) or GateSpend(label=label, model=used.model, simulated=used.simulated,
+                                              priced=price is not None, requests=0, total=Spend.of(Tokens(), price),
+                                              by_iteration={})
+            found[key] = had.model_copy(update={
+                "requests": had.requests + used.requests, "total": had.total + call,
+                "by_iteration": {**had.by_iteration, n: had.by_iteration.get(n, Spend.of(Tokens(), price)) + call}})
+    return found
+
+
+def _inspect_tokens(usage: dict[str, int]) -> Tokens:
+    """Inspect's ModelUsage names (its input excludes the cache's reads and writes, as the API's does)."""
+    return Tokens(input=usage.get("input_tokens") or 0, cache_write=usage.get("input_tokens_cache_write") or 0,
+                  cache_read=usage.get("input_tokens_cache_read") or 0, output=usage.get("output_tokens") or 0)
 
 
 def _dropped_reply(event: Event) -> bool:
