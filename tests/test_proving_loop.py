@@ -23,6 +23,7 @@ from proving.evaluation.quality import Finding, Quality
 from scenarios.run import load_run
 from tests.export_support import UNSET, run_example
 from tests.export_support import baton as invoke
+from tests.shared_runs import shared_run
 from workers.loop import Task, do_phase, do_proving
 
 FAST = '\n[proving]\ngates = ["coverage", "duplicate"]\n'
@@ -38,13 +39,18 @@ def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run of the example (succeeded or not: the tests below set up what they need from it)."""
-    folder = tmp_path_factory.mktemp("ran")
-    with pytest.MonkeyPatch.context() as env:  # the example's own gates, not the suite's two quick ones (conftest)
-        env.delenv("BATON_PROVING_GATES", raising=False)
-        root, code, output = run_example(folder, "--auto-approve")
-    assert code in (0, 1), output
-    return root
+    """A finished run of the example with its own five gates, not the suite's two quick ones (conftest). Made once
+    per test session for every xdist worker (tests.shared_runs: it takes about 50 s), and read only: the tests
+    that change it take a copy (``_copy``)."""
+
+    def make(folder: Path) -> tuple[Path, int, str]:
+        with pytest.MonkeyPatch.context() as env:
+            env.delenv("BATON_PROVING_GATES", raising=False)
+            return run_example(folder, "--auto-approve")
+
+    run = shared_run(tmp_path_factory, "proven", make)
+    assert run.exit_code in (0, 1), run.output
+    return run.root
 
 
 @pytest.mark.slow
