@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 TAIL_BYTES = 4096  # per stream of a child kept for a trace: the end says how it died
 
@@ -279,3 +279,71 @@ def _wait_reaping(pid: int, timeout_s: float) -> tuple[bool, int | None]:
             return True, None
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+class Head(threading.Thread):
+    """Drains a pipe, keeping its first ``limit`` bytes (``Tail`` keeps the last ones)."""
+
+    def __init__(self, stream: IO[bytes], limit: int) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.limit = stream, limit
+        self.kept = bytearray()
+        self.over = False
+
+    def run(self) -> None:
+        fd = self.stream.fileno()
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                room = self.limit - len(self.kept)
+                self.kept += chunk[:max(room, 0)]
+                self.over = self.over or len(chunk) > room
+        finally:  # closed here, not by the waiter: a number closed under a blocked read could be reused
+            self.stream.close()
+
+
+def _feed(stream: IO[bytes], data: bytes | None) -> None:
+    try:
+        if data:
+            stream.write(data)
+    except OSError:
+        pass  # it ended, or closed its stdin, before reading it all
+    finally:
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
+def feed_and_wait(proc: subprocess.Popen[bytes], data: bytes | None, timeout: float | None, limit: int,
+                  stop: threading.Event) -> tuple[int, bytes, bytes, bool, bool]:
+    """Feed ``data`` to ``proc`` (started in a session of its own, its three streams piped), keep the first
+    ``limit`` bytes of each of its outputs, and wait for it, then kill its group and reap it: (exit code, stdout,
+    stderr, over the limit, timed out). The group is killed before the leader is reaped, while its id is still
+    ours. Used by the export's sandbox (every exec) and by its session where there is none."""
+    assert proc.stdin and proc.stdout and proc.stderr
+    feeder = threading.Thread(target=_feed, args=(proc.stdin, data), daemon=True)
+    readers = [Head(proc.stdout, limit), Head(proc.stderr, limit)]
+    for thread in (feeder, *readers):
+        thread.start()
+    timed_out = _wait_or_stop(proc, timeout, stop)
+    kill_group(proc.pid)  # on time-out, and to end anything the command left in its group
+    returncode = proc.wait()
+    for thread in (feeder, *readers):
+        thread.join(timeout=2)  # something that left the group (unconfined only) may hold a pipe open
+    return returncode, bytes(readers[0].kept), bytes(readers[1].kept), any(r.over for r in readers), timed_out
+
+
+def _wait_or_stop(proc: subprocess.Popen[bytes], timeout: float | None, stop: threading.Event) -> bool:
+    """Wait until ``proc`` ends (not reaped), ``timeout`` passes (True) or ``stop`` is set."""
+    if hasattr(os, "waitid"):  # woken by its pidfd as it ends, not at the next poll
+        return wait_pid(proc.pid, timeout, stop)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.002
+    while not stop.is_set():
+        if proc.poll() is not None:  # no waitid (macOS): reaped, so the group kill is best effort
+            return False
+        if deadline is not None and time.monotonic() >= deadline:
+            return True
+        stop.wait(delay)
+        delay = min(delay * 2, 0.05)
+    return False

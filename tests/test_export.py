@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -234,15 +235,27 @@ def test_judging_passes_the_expected_actions_and_names_what_a_wrong_one_changed(
     assert "checker check_policy.check_policy rejects it: R2: order O1002 called for refuse" in verdict.explanation
 
 
-def test_a_sample_is_judged_in_one_child(exported: Path) -> None:
+def test_a_sample_is_judged_in_one_child(exported: Path, tmp_path: Path) -> None:
     """The replay of the expected actions and the checkers share one limited child, which forks the replay:
-    a judged sample costs one child of the box, not two."""
+    a judged sample costs the box one child, not two. Counted through the box's ``run`` (a spawning one here:
+    a fork of the test process, which has threads, is not safe)."""
     session = runtime_of(exported)
+    box = sys.modules["baton_runtime.box"]
+    processes = sys.modules["baton_runtime.processes"]
+    started: list[Path] = []
+
+    def spawned(job: Path, where: Path, **limits: object) -> object:
+        started.append(job)
+        child = exported / "baton_runtime" / "child_main.py"
+        return processes.run_limited([sys.executable, "-I", str(child), str(job), str(where)], **limits)
+
     scenario = session.Scenario.load(exported)
     sample = scenario.sample("s02_final_sale_refused")
     calls, final = done_right(session, scenario, sample)
-    ran = session._launch(scenario, session.judge_request(scenario, sample, calls, final))
-    assert ran.children == 1
+    header, job = box.split_request(session.judge_request(scenario, sample, calls, final))
+    parts = box.launch(exported, header, job, tmp_path, run=spawned)
+    ran = session.ran_from_box(0, box.frame(*parts).decode("utf-8"), "")
+    assert len(started) == 1
     assert ran.reference is not None and "initial_data" not in ran.reference  # the task has it already
     assert ran.result is not None and "final_data" not in ran.result  # the task sent it
     assert session.judgement(scenario, sample, calls, final, ran).passed

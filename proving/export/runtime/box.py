@@ -84,7 +84,8 @@ def split_request(raw: bytes) -> tuple[dict[str, Any], bytes]:
 
 
 def launch(export: Path, header: dict[str, Any], job: bytes, base: Path, run: Runner = run_child) -> Parts:
-    """Run ``job`` in a fresh folder under ``base``: the frame's parts."""
+    """Run ``job`` in a fresh folder under ``base``: the frame's parts. ``run`` starts its one child (a test
+    counts them with it)."""
     work_root = Path(tempfile.mkdtemp(prefix="call-", dir=base))
     try:
         return _launch(export, header, job, work_root, run)
@@ -111,9 +112,9 @@ def _launch(export: Path, header: dict[str, Any], job: bytes, root: Path, run: R
     done = run(root / "job.json", root / "where.json", cwd=work, timeout_s=float(header["timeout_s"]),
                memory_mb=int(header["memory_mb"]))
     facts = {"returncode": done.returncode, "timed_out": done.timed_out, "stdout_tail": done.stdout_tail,
-             "stderr_tail": done.stderr_tail, "full": full_spaces(root), "children": 1}
-    return facts, result_text(root / "result.json"), result_text(root / "reference.json") if header.get(
-        "reference") else None
+             "stderr_tail": done.stderr_tail, "full": full_spaces(root)}
+    reference = result_text(root / "reference.json") if header.get("reference") else None
+    return facts, result_text(root / "result.json"), reference
 
 
 def copy_code(export: Path, work: Path) -> Path:

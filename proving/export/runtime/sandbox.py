@@ -30,15 +30,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Literal, overload
+from typing import Any, Literal, overload
 
 import anyio
 from inspect_ai.util import (
@@ -52,7 +50,7 @@ from inspect_ai.util import (
     sandboxenv,
 )
 
-from .processes import wait_pid
+from .processes import feed_and_wait
 
 LOG = logging.getLogger(__name__)
 NAME = "baton_bwrap"
@@ -271,7 +269,7 @@ async def _run(argv: list[str], env: dict[str, str], cwd: str, data: bytes | Non
     stop = threading.Event()
     try:
         returncode, out, err, over, timed_out = await anyio.to_thread.run_sync(
-            _finish, proc, data, timeout, limit, stop, abandon_on_cancel=True)
+            feed_and_wait, proc, data, timeout, limit, stop, abandon_on_cancel=True)
     except BaseException:  # cancelled (the sample's limit, an interrupt): the thread kills the group now
         stop.set()
         raise
@@ -283,75 +281,6 @@ async def _run(argv: list[str], env: dict[str, str], cwd: str, data: bytes | Non
     if over:
         raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, stdout + stderr)
     return ExecResult(returncode == 0, returncode, stdout, stderr)
-
-
-class _Reader(threading.Thread):
-    """Drains a pipe, keeping its first ``limit`` bytes."""
-
-    def __init__(self, stream: IO[bytes], limit: int) -> None:
-        super().__init__(daemon=True)
-        self.stream, self.limit = stream, limit
-        self.kept = bytearray()
-        self.over = False
-
-    def run(self) -> None:
-        fd = self.stream.fileno()
-        try:
-            while chunk := os.read(fd, 1 << 16):
-                room = self.limit - len(self.kept)
-                self.kept += chunk[:max(room, 0)]
-                self.over = self.over or len(chunk) > room
-        finally:  # closed here, not by the waiter: a number closed under a blocked read could be reused
-            self.stream.close()
-
-
-def _feed(stream: IO[bytes], data: bytes | None) -> None:
-    try:
-        if data:
-            stream.write(data)
-    except OSError:
-        pass  # it ended, or closed its stdin, before reading it all
-    finally:
-        try:
-            stream.close()
-        except OSError:
-            pass
-
-
-def _finish(proc: subprocess.Popen[bytes], data: bytes | None, timeout: float | None, limit: int,
-            stop: threading.Event) -> tuple[int, bytes, bytes, bool, bool]:
-    """Feed, drain and wait for ``proc``, then kill its group and reap it: (exit code, stdout, stderr,
-    over the limit, timed out). The group is killed before the leader is reaped, while its id is still ours."""
-    assert proc.stdin and proc.stdout and proc.stderr
-    feeder = threading.Thread(target=_feed, args=(proc.stdin, data), daemon=True)
-    readers = [_Reader(proc.stdout, limit), _Reader(proc.stderr, limit)]
-    for thread in (feeder, *readers):
-        thread.start()
-    timed_out = _wait_unreaped(proc, timeout, stop)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # on time-out, and to end anything the command left in its group
-    except (ProcessLookupError, PermissionError):
-        pass
-    returncode = proc.wait()
-    for thread in (feeder, *readers):
-        thread.join(timeout=2)  # something that left the group (unconfined only) may hold a pipe open
-    return returncode, bytes(readers[0].kept), bytes(readers[1].kept), any(r.over for r in readers), timed_out
-
-
-def _wait_unreaped(proc: subprocess.Popen[bytes], timeout: float | None, stop: threading.Event) -> bool:
-    """Wait until ``proc`` ends (not reaped), ``timeout`` passes (True) or ``stop`` is set."""
-    if hasattr(os, "waitid"):  # woken by its pidfd as it ends, not at the next poll
-        return wait_pid(proc.pid, timeout, stop)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    delay = 0.002
-    while not stop.is_set():
-        if proc.poll() is not None:  # no waitid (macOS): reaped, so the group kill is best effort
-            return False
-        if deadline is not None and time.monotonic() >= deadline:
-            return True
-        stop.wait(delay)
-        delay = min(delay * 2, 0.05)
-    return False
 
 
 def _is_current_user(user: str) -> bool:

@@ -19,6 +19,7 @@ import math
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from .box import FRAME_BYTES, read_frame, request
 from .child_main import SEPARATORS
 from .compare import effect_differences, free_text, short, state_differences
-from .processes import Finished, kill_group, minimal_env
+from .processes import Finished, feed_and_wait, minimal_env
 
 PACKAGE = Path(__file__).resolve().parent
 EXPORT = PACKAGE.parent
@@ -198,15 +199,13 @@ def _explain(passed: bool, n_calls: int, differences: list[str], rejections: lis
 class Ran:
     """What one child left: its result and, when it replayed the expected actions apart,
     that replay's result (None for each file not written), how its process ended, the writable
-    spaces it left full, what kept it from running at all (``problem``), and how many children the
-    box started for it."""
+    spaces it left full, and what kept it from running at all (``problem``)."""
 
     result: dict[str, Any] | None
     reference: dict[str, Any] | None
     done: Finished
     full: list[str] = field(default_factory=list)
     problem: str | None = None
-    children: int = 0
 
 
 def _request(scenario: Scenario, job: dict[str, Any], reference: bool = False) -> bytes:
@@ -243,7 +242,7 @@ def _ran(payload: dict[str, Any]) -> Ran:
                     str(payload.get("stdout_tail", "")), str(payload.get("stderr_tail", "")))
     result, reference = payload.get("result"), payload.get("reference")
     return Ran(result if isinstance(result, dict) else None, reference if isinstance(reference, dict) else None,
-               done, [str(f) for f in payload.get("full") or []], children=int(payload.get("children") or 0))
+               done, [str(f) for f in payload.get("full") or []])
 
 
 def _run(scenario: Scenario, job: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -254,22 +253,19 @@ def _run(scenario: Scenario, job: dict[str, Any]) -> tuple[dict[str, Any], str |
 
 def _launch(scenario: Scenario, asked: bytes) -> Ran:
     """box.py as a sandbox runs it, without the sandbox: a process of its own in a temp dir, with the minimal
-    environment, the request on its stdin, its group killed afterwards."""
+    environment, the request on its stdin, its group killed afterwards (``feed_and_wait``, as the export's
+    sandbox runs every exec)."""
     with tempfile.TemporaryDirectory(prefix="baton-export-") as tmp:
         argv = [sys.executable, "-I", "-B", str(scenario.folder / "baton_runtime" / "box.py")]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 cwd=tmp, env=minimal_env(Path(tmp)), start_new_session=True)
-        try:
-            out, err = proc.communicate(asked, timeout=exec_timeout(scenario))
-        except subprocess.TimeoutExpired:
-            kill_group(proc.pid)
-            proc.communicate()
-            return timed_out_in_box(scenario)
-        finally:
-            kill_group(proc.pid)  # anything the box left in its group
-        if len(out) > FRAME_BYTES + 65536:
-            return Ran(None, None, Finished(proc.returncode, False), problem="the box printed more than a frame")
-        return ran_from_box(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        returncode, out, err, over, timed_out = feed_and_wait(proc, asked, exec_timeout(scenario),
+                                                              FRAME_BYTES + 65536, threading.Event())
+    if timed_out:
+        return timed_out_in_box(scenario)
+    if over:
+        return Ran(None, None, Finished(returncode, False), problem="the box printed more than a frame")
+    return ran_from_box(returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
 def _filled(ran: Ran) -> str:
