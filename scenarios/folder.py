@@ -95,6 +95,11 @@ class Folder:
                 wanted.append(entry.name)
         return wanted
 
+    def iterations(self, path: PathLike) -> list[int]:
+        """The numbers n of the real ``iteration_<n>`` folders in ``path`` (execution_outputs/, handoffs/), sorted."""
+        names = self.names(path, "iteration_*", kinds=("folder",))
+        return sorted(int(suffix) for name in names if (suffix := name.removeprefix("iteration_")).isdigit())
+
     def glob(self, path: PathLike, pattern: str, *, kinds: tuple[str, ...] = ("file", "folder")) -> list[Path]:
         """``names`` as absolute paths under the folder (one level: no '**')."""
         base = Path(self.root, *self.parts(path))

@@ -43,7 +43,7 @@ def rebuild_run(root: Path, profile: str | None = None) -> Rebuilt:
     disks = {role: AgentDisk.load(root, role) for role in AGENTS}
     last_steps = {role: _last_step(layout, role) for role in AGENTS}
     folder = Folder(root)
-    finished = [k for k in _iterations(layout) if folder.is_file(handoff_file(root, k, "execute"))]
+    finished = [k for k in folder.iterations("handoffs") if folder.is_file(handoff_file(root, k, "execute"))]
     targets = RunRecord(scenario=root.name, target_success_rate=settings.target_success_rate,
                         target_floor=settings.target_floor, target_solvable_share=settings.target_solvable_share,
                         target_coverage=settings.target_coverage)
@@ -131,12 +131,6 @@ def _readable(root: Path) -> bool:
         return load_run(root) is not None
     except StoreError:
         return False
-
-
-def _iterations(layout: Layout) -> list[int]:
-    found = Folder(layout.root).names("handoffs", "iteration_*", kinds=("folder",))
-    names = [n.removeprefix("iteration_") for n in found]
-    return sorted(int(name) for name in names if name.isdigit())
 
 
 def _result(root: Path, iteration: int, targets: RunRecord, gates: list[str]) -> IterationResult:

@@ -113,9 +113,9 @@ def read_spend(root: Path) -> RunSpend:
 
 def _gate_spend(root: Path, prices: dict[str, Price]) -> dict[str, GateSpend]:
     found: dict[str, GateSpend] = {}
-    named = Folder(root).names("execution_outputs", "iteration_*", kinds=("folder",))
-    for n in sorted(int(name.split("_", 1)[1]) for name in named if name.split("_", 1)[1].isdecimal()):
-        raw = Folder(root).read_json_or_none(Layout(root).outputs(n) / LOGS / RECORD, RECORD_BYTES)
+    folder = Folder(root)
+    for n in folder.iterations("execution_outputs"):
+        raw = folder.read_json_or_none(Layout(root).outputs(n) / LOGS / RECORD, RECORD_BYTES)
         try:
             record = SolverRecord.model_validate(raw) if raw is not None else None
         except ValidationError:

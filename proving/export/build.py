@@ -117,7 +117,7 @@ def _quality(scenario: Folder, folder: Path) -> dict[str, Any] | None:
 
 def choose_iteration(layout: Layout, target: float, asked: int | None) -> tuple[int, Report | None, str | None]:
     """The asked iteration, or the latest one whose evaluation reached the target."""
-    reports = {n: _report(layout, n) for n in _iterations(layout)}
+    reports = {n: _report(layout, n) for n in Folder(layout.root).iterations("execution_outputs")}
     if not reports:
         raise ExportError(f"{layout.root.name} has no iteration yet: run it first (baton run {layout.root.name})")
     if asked is not None:
@@ -157,11 +157,6 @@ def policy_text(layout: Layout, name: str, description: str, data: dict[str, Any
     if facts:
         parts.append("## Facts of this environment\n" + "\n".join(facts))
     return "\n\n".join(parts) + "\n"
-
-
-def _iterations(layout: Layout) -> list[int]:
-    names = Folder(layout.root).names("execution_outputs", "iteration_*", kinds=("folder",))
-    return sorted(int(suffix) for name in names if (suffix := name.removeprefix("iteration_")).isdigit())
 
 
 def _report(layout: Layout, iteration: int) -> Report | None:
