@@ -213,9 +213,8 @@ def _gates_for_init(root: Path, record: RunRecord, iteration: int) -> dict[str, 
     """What the gates said of ``iteration`` for Init's next opening: its findings (each with its class), the
     figures and the targets missed; None when no gate ran on it (a run from before the gates)."""
     try:
-        report = Folder(root).read_json(Layout(root).outputs(iteration) / "report.json", "report", RECORD_BYTES)
-        quality = Quality.model_validate(report["quality"]) if isinstance(report, dict) and "quality" in report \
-            else None
+        report = raw_report(root, iteration)
+        quality = Quality.model_validate(report["quality"]) if "quality" in report else None
     except (StoreError, ValueError):
         quality = None
     result = next((r for r in record.results if r.iteration == iteration), None)
