@@ -29,7 +29,7 @@ from workers.readmodel import (
     read_activity,
     toml_problem,
 )
-from workers.spend import RunSpend, read_spend
+from workers.spend import RunSpend, Spend, read_spend
 
 ACTORS = {"designing": " (Init)", "executing": " (Execute)", "proving": " (the gates)",
           "awaiting_approval": " (your turn)"}
@@ -205,33 +205,31 @@ def _dollars(value: float | None) -> str:
 
 
 def spend_table(spend: RunSpend) -> Table:
-    """Tokens by kind and their cost: per agent, its iterations and its compactions."""
+    """Tokens by kind and their cost: per agent, its iterations and its compactions; then the proving gates'
+    models, per iteration (issue 31: shown as the agents are)."""
     small = narrow()  # at 80 columns: tokens in thousands, short headers, the model left to the agents' table
     number = (lambda n: kilo(n) if n else "0") if small else (lambda n: f"{n:,}")
     headers = ("input", "cache w", "cache r", "output", "cost", "saved") if small else \
         ("input", "cache write", "cache read", "output", "cost", "saved by cache")
     table = new_table("agent", *(() if small else ("model",)), *headers, keep=1,
                       title="what the run spent" + (" (tokens in thousands)" if small else ""), title_justify="left")
+
+    def add(label: str, model: str, part: Spend, **style: Any) -> None:
+        t = part.tokens
+        table.add_row(label, *(() if small else (model,)), number(t.input), number(t.cache_write),
+                      number(t.cache_read), number(t.output), _dollars(part.cost_usd),
+                      _dollars(part.saved_by_cache_usd), **style)
+
     for agent in spend.agents.values():
-        rows = [(agent.role, agent.total), *((f"  iteration {n}", s) for n, s in agent.by_iteration.items()),
-                (f"  {len(agent.per_compaction)} compaction(s)", agent.compactions)]
-        for i, (label, part) in enumerate(rows):
-            t = part.tokens
-            model = () if small else ((agent.model or "simulated") if i == 0 else "",)
-            table.add_row(label, *model, number(t.input), number(t.cache_write), number(t.cache_read),
-                          number(t.output), _dollars(part.cost_usd), _dollars(part.saved_by_cache_usd))
-    for gate in spend.proving.values():  # the proving gates' models, after the agents (issue 31: shown alike)
-        rows = [(gate.label, gate.total), *((f"  iteration {n}", s) for n, s in gate.by_iteration.items())]
-        for i, (label, part) in enumerate(rows):
-            t = part.tokens
-            model = () if small else (("simulated" if gate.simulated else gate.model.split("/", 1)[-1]) if i == 0
-                                      else "",)
-            table.add_row(label, *model, number(t.input), number(t.cache_write), number(t.cache_read),
-                          number(t.output), _dollars(part.cost_usd), _dollars(part.saved_by_cache_usd))
-    total = spend.total
-    table.add_row("total", *(() if small else ("",)), number(total.tokens.input), number(total.tokens.cache_write),
-                  number(total.tokens.cache_read), number(total.tokens.output), _dollars(total.cost_usd),
-                  _dollars(total.saved_by_cache_usd), style="bold")
+        add(agent.role, agent.model or "simulated", agent.total)
+        for n, part in agent.by_iteration.items():
+            add(f"  iteration {n}", "", part)
+        add(f"  {len(agent.per_compaction)} compaction(s)", "", agent.compactions)
+    for gate in spend.proving.values():
+        add(gate.label, "simulated" if gate.simulated else gate.model.split("/", 1)[-1], gate.total)
+        for n, part in gate.by_iteration.items():
+            add(f"  iteration {n}", "", part)
+    add("total", "", spend.total, style="bold")
     return fit_first(table, 1)
 
 
