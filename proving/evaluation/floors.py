@@ -13,16 +13,14 @@ scorer accepts a shortcut (L4).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from proving.evaluation.coverage import LOOKING, REFUSING
+from proving.evaluation.coverage import LOOKING, REFUSAL, REFUSING
 from proving.evaluation.exported import RunOutcome, exported_tools, run_agents
 from proving.evaluation.gates import FunctionGate, GateContext, GateResult, register
 from proving.evaluation.quality import Finding
 
 AGENTS = ("do_nothing", "refuse_all", "reckless")
-REFUSAL = re.compile(r"refus|deny|denied|declin|reject")  # of the REFUSING tools, those that record a refusal
 
 
 def floor_runs(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from typing import Any
 # and tools that record a refusal or an escalation.
 LOOKING = re.compile(r"^(get|list|find|search|lookup|look_up|check|read|view|show|fetch|query|describe)_")
 REFUSING = re.compile(r"refus|deny|denied|declin|reject|escalat")
+REFUSAL = re.compile(r"refus|deny|denied|declin|reject")  # of those, the ones that record a refusal
 REFUSAL_TEXT = "I am sorry, but I cannot do that: the policy does not allow it."
 IDENTIFIER = re.compile(r"^(?=.*\d)[A-Za-z]*[-_]?[A-Za-z0-9-_]*$")  # O1001, C-7: names, not words
 WORDS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -38,7 +39,7 @@ MODEL = "model"
 def refusing_tool(tools: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The tool that records a refusal (preferred) or an escalation, None when the scenario has none."""
     named = [t for t in tools if REFUSING.search(t["name"])]
-    named.sort(key=lambda t: (not re.search(r"refus|deny|denied|declin|reject", t["name"]), t["name"]))
+    named.sort(key=lambda t: (not REFUSAL.search(t["name"]), t["name"]))
     return named[0] if named else None
 
 
