@@ -17,6 +17,7 @@ from agents.role import Role
 from agents.tools.base import ToolContext, definition
 from agents.tools.registry import tools_for
 from context.assembly import Assembler, StaticPrefix
+from context.cache_rates import CacheRates
 from context.estimator import TokenEstimator
 from context.history import History
 from context.messages import Usage
@@ -53,7 +54,7 @@ class Agent:
                            model_label=label, memory=memory)
 
     def assembler(self, disk: AgentDisk, history: History) -> Assembler:
-        return assembler_for(self.config, disk, history)
+        return assembler_for(self.config, disk, history, self.price)
 
 
 def static_prefix(config: AgentConfig, root: Path | None = None, conventions: str | None = None,
@@ -72,11 +73,16 @@ def static_prefix(config: AgentConfig, root: Path | None = None, conventions: st
                         thinking_epoch=thinking_epoch)
 
 
-def assembler_for(config: AgentConfig, disk: AgentDisk, history: History) -> Assembler:
-    """The agent's context assembler; it needs no model (``baton context`` builds one without any)."""
+def assembler_for(config: AgentConfig, disk: AgentDisk, history: History, price: Price | None = None
+                  ) -> Assembler:
+    """The agent's context assembler; it needs no model (``baton context`` builds one without any). ``price``:
+    the model's, whose cache ratios the payback rule reads (0.05x reads on the 5.5 models); without one,
+    the usual ratios."""
     estimator = TokenEstimator.from_dict(disk.state.estimator) if disk.state.estimator else TokenEstimator()
     static = static_prefix(config, disk.layout.root, disk.state.system_conventions, disk.state.thinking_epoch)
-    return Assembler(history, config.context, agent=config.role, static=static, estimator=estimator)
+    rates = CacheRates() if price is None else CacheRates.of(price.input, price.cache_read, price.cache_write,
+                                                               getattr(price, "cache_write_1h", None))
+    return Assembler(history, config.context, agent=config.role, static=static, estimator=estimator, rates=rates)
 
 
 def check_threshold(config: AgentConfig, root: Path, source: str) -> None:

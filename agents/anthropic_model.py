@@ -57,7 +57,7 @@ from agents.models import (
     PromptTooLong,
     ThinkingRefused,
 )
-from context.messages import RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock, Usage
+from context.messages import CompactionBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolUseBlock, Usage
 
 if TYPE_CHECKING:  # the SDK's transport; only needed for the type hints
     from collections.abc import Mapping
@@ -84,7 +84,7 @@ THINKING_REFUSED = "Invalid `signature` in `thinking` block"
 # Thinking of both kinds is kept exactly as returned: each block is signed over its prefix, and leaving
 # one out breaks every later block's prefix (docs/agents.md, "Thinking and the prefix").
 BLOCK_TYPES = {"text": TextBlock, "tool_use": ToolUseBlock, "thinking": ThinkingBlock,
-               "redacted_thinking": RedactedThinkingBlock}
+               "redacted_thinking": RedactedThinkingBlock, "compaction": CompactionBlock}
 
 
 class MissingApiKey(ModelError):
@@ -342,6 +342,10 @@ def call_kwargs(request: ModelRequest) -> dict[str, Any]:
         kwargs["thinking"] = request.thinking
     if request.output_config is not None:
         kwargs["output_config"] = request.output_config
+    if request.compaction is not None:
+        kwargs["compaction"] = request.compaction
+    if request.context_management is not None:
+        kwargs["context_management"] = request.context_management
     return kwargs
 
 
@@ -401,6 +405,8 @@ def parse_response(body: bytes) -> ModelResponse:
         stop_details=data.get("stop_details") if isinstance(data.get("stop_details"), dict) else None,
         usage=_usage(data.get("usage")),
         input_transformations=[t for t in data.get("input_transformations") or [] if isinstance(t, dict)],
+        context_management=data.get("context_management") if isinstance(data.get("context_management"), dict)
+        else None,
     )
 
 

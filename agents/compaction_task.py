@@ -23,8 +23,10 @@ from agents.outcomes import CompactionOutcome
 from agents.prompts import prompt
 from agents.settings_layers import load_scenario_config
 from agents.thinking import thinking_fields
-from context.assembly import StaticPrefix
+from context.api_compaction import CompactionCall, CompactionReply, CompactionRequest
+from context.assembly import COMPACT_BETA, StaticPrefix
 from context.compaction import KnownFacts, SummaryCall, SummaryReply, SummaryRequest
+from context.messages import CompactionBlock
 from context.summary_schemas import SUMMARY_SCHEMAS
 from scenarios.folder import RECORD_BYTES
 from scenarios.lease import LeaseLost
@@ -86,7 +88,7 @@ def _compact(disk: AgentDisk, agent: Agent, after_step: int | None, force: bool)
     event = assembler.compactor.compact(
         assembler, disk.compaction(), schema=SUMMARY_SCHEMAS[agent.role], prompt=prompt(agent.role, "compact"),
         call=_summary_call(agent, assembler.static), breaker=disk.state.breaker, facts=_facts(disk),
-        timeout_s=agent.config.model.summary_timeout_s,
+        timeout_s=agent.config.model.summary_timeout_s, compaction_call=_compaction_call(agent, assembler.static),
     )
     disk.event(CompactionRecord(after_step=done, **event.model_dump(exclude={"kind"})))
     threshold, keep = agent.config.context.threshold, agent.config.context.keep_last_steps
@@ -134,6 +136,40 @@ def _summary_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float]
             raise ModelError(f"the summary call stopped with {response.stop_reason}")
         message = response.message()
         return SummaryReply(text=message.text, usage=response.usage, tool_uses=message.tool_uses)
+
+    return call
+
+
+def _compaction_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float] = time.monotonic
+                     ) -> CompactionCall | None:
+    """The API's on-demand compaction for ``agent``'s model (``context.api_compaction``), within the same
+    budget as a summary; None for the simulated model in-process, which has none (a run through
+    ``baton fake-api`` talks to the double, which has it)."""
+    if agent.model.label == "simulated":
+        return None
+    config = agent.config
+    budget = config.model.summary_timeout_s
+    deadline = clock() + budget
+
+    def call(asked: CompactionRequest, timeout_s: float) -> CompactionReply:
+        left = min(timeout_s, deadline - clock())
+        if left <= 0:
+            raise ModelUnavailable(f"the compaction's {budget:g}s deadline has passed")
+        # The steps' system, tools and thinking fields: the kept turns' thinking stays valid only when they
+        # are the same as when it was produced, and the prefix the steps cached is read again.
+        body = asked.to_request(static, model=config.model.name, max_tokens=config.model.summary_max_tokens)
+        fields = thinking_fields(config.model)
+        fields["betas"] = [*fields["betas"], COMPACT_BETA]
+        request = ModelRequest(
+            model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=body["messages"],
+            system=body.get("system"), tools=body.get("tools", []), temperature=config.model.summary_temperature,
+            timeout_s=left, deadline_s=left, purpose="compaction", compaction=body["compaction"], **fields,
+        )
+        with tracing.chat(request, agent.model.label) as traced:
+            response = agent.model.create(request)
+            tracing.reply(traced, response, cost=agent.cost)
+        block = next((b for b in response.content if isinstance(b, CompactionBlock)), None)
+        return CompactionReply(block=block, stop_reason=response.stop_reason, usage=response.usage)
 
     return call
 

@@ -44,7 +44,11 @@ class ModelRequest(BaseModel):
     # Seconds the whole call may take, retries included; None: no deadline (the step's own retry policy).
     # A summary has one, so a compaction falls back to its deterministic summary in time.
     deadline_s: float | None = Field(None, gt=0)
-    purpose: Literal["step", "summary"] = "step"
+    purpose: Literal["step", "summary", "compaction"] = "step"
+    # The API's on-demand compaction (context.api_compaction): {"type": "summarize", "instructions": ...}.
+    compaction: dict[str, Any] | None = None
+    # Context editing the server applies (context.api_editing): {"edits": [...]}.
+    context_management: dict[str, Any] | None = None
 
     def fingerprint(self) -> str:
         """Same request, same fingerprint: used to prove no response is asked for twice."""
@@ -63,6 +67,8 @@ class ModelResponse(BaseModel):
     simulated: bool = False
     # Blocks the API changed before the model saw them (dropped thinking): baton's own prefix check missed.
     input_transformations: list[dict[str, Any]] = Field(default_factory=list)
+    # The edits the server applied (context editing): {"applied_edits": [...]}, when it says.
+    context_management: dict[str, Any] | None = None
 
     def message(self) -> Message:
         return Message(role="assistant", content=self.content, usage=self.usage)

@@ -105,12 +105,17 @@ def compaction_first(disk: AgentDisk, agent: Agent, outcome: StepOutcome) -> Ste
     return prepared.model_copy(update={"reason": f"after step {outcome.step}: {prepared.reason}"})
 
 
-def request_for(agent: Agent, assembled: Assembled, static: StaticPrefix, max_tokens: int) -> ModelRequest:
+def request_for(agent: Agent, assembled: Assembled, static: StaticPrefix, max_tokens: int, ttl: str = "5m"
+                ) -> ModelRequest:
+    """The step's request: the assembled body (its breakpoints for ``ttl``), the role's thinking fields, and
+    the beta headers and fields the context strategies need (a compaction block, context editing)."""
     config = agent.config
-    body = assembled.to_request(static, model=config.model.name, max_tokens=max_tokens)
+    body = assembled.to_request(static, model=config.model.name, max_tokens=max_tokens, ttl=ttl)
+    fields = thinking_fields(config.model)
+    fields["betas"] = [*fields["betas"], *(b for b in assembled.betas if b not in fields["betas"])]
     return ModelRequest(model=config.model.name, max_tokens=max_tokens, messages=body["messages"],
                         system=body.get("system"), tools=body.get("tools", []), temperature=config.model.temperature,
-                        purpose="step", **thinking_fields(config.model))
+                        purpose="step", context_management=body.get("context_management"), **fields)
 
 
 def exact_count(disk: AgentDisk, agent: Agent, assembled: Assembled, request: ModelRequest) -> int | None:

@@ -35,6 +35,7 @@ from pydantic import (
     Field,
 )
 
+from context.cache_rates import CacheRates
 from context.compaction_event import CompactionEvent, ViewSpan
 from context.compression import archive_ref, log_ref
 from context.estimator import TokenEstimator
@@ -47,9 +48,9 @@ from context.strategies import COMPACTORS, COMPRESSORS, instantiate
 from context.text import head_tail
 from context.tokens import count_text
 
-# Anthropic prompt-cache prices relative to base input: a read costs 0.1x, a write 1.25x.
-CACHE_READ, CACHE_WRITE = 0.1, 1.25
-EPHEMERAL = {"type": "ephemeral"}
+EPHEMERAL = {"type": "ephemeral"}  # the 5-minute TTL, the API's default
+ONE_HOUR = {"type": "ephemeral", "ttl": "1h"}
+COMPACT_BETA = "compact-2026-09-04"  # on-demand compaction: the request that asks and every one carrying a block
 
 BRIDGE = (
     f"{NOTE_PREFIX} The conversation above was compacted: the summary stands for everything "
@@ -83,6 +84,14 @@ class ResultCompressor(Protocol):
     ) -> ToolResultBlock: ...
 
     def compress_call(self, call: ToolUseBlock) -> ToolUseBlock: ...
+
+    # False: the client sends its history unchanged and append-only (no older step is compressed, no earlier
+    # round cut to its ends); the server does the shrinking (context editing, ``context.api_editing``).
+    client_side: bool
+
+    def request_fields(self, assembler: Assembler, assembled: Assembled) -> dict[str, Any]: ...
+
+    def betas(self) -> list[str]: ...
 
 
 class Compactor(Protocol):
@@ -135,45 +144,54 @@ class Assembled:
     # What decides the layout of layers 2-4 (compaction, batches, rounds): when it differs from the
     # previous request's, the view changed where the engine chose to (a planned break of the prefix).
     plan: str = ""
+    betas: list[str] = field(default_factory=list)  # beta headers the strategies' fields and blocks need
 
     @property
     def raw_tokens(self) -> int:
         return sum(self.layers.values())
 
-    def to_request(self, static: StaticPrefix, *, model: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    def to_request(self, static: StaticPrefix, *, model: str, max_tokens: int, ttl: str = "5m",
+                   **extra: Any) -> dict[str, Any]:
         """The Messages API body with cache breakpoints (4 at most, as the API allows).
 
         The prefix order is tools, system, messages, so a breakpoint on the system
         prompt caches the tools too; the tool list gets its own only when there is
         no system prompt. That leaves three for messages (see `Assembled.breakpoints`). baton's reminders
-        go out as system messages when `model` takes them (``context.reminders``).
+        go out as system messages when `model` takes them (``context.reminders``). `ttl` "1h" marks every
+        breakpoint for an hour (``context.cache_ttl`` decides): the API wants 1-hour entries before 5-minute ones.
         """
         marks = set(self.breakpoints)
-        messages = [with_cache_control(m) if i in marks else m.api for i, m in enumerate(self.messages)]
+        messages = [with_cache_control(m, ttl=ttl) if i in marks else m.api for i, m in enumerate(self.messages)]
         if takes_system_messages(model):
             messages = split_reminders(self.messages, messages)
-        return request_body(static, messages, model=model, max_tokens=max_tokens) | self.request_fields | extra
+        body = request_body(static, messages, model=model, max_tokens=max_tokens, ttl=ttl)
+        return body | self.request_fields | extra
 
 
-def with_cache_control(message: Message, block: int = -1) -> dict[str, Any]:
+def cache_marker(ttl: str = "5m") -> dict[str, Any]:
+    """A fresh cache_control value (a caller may edit its body): the default 5 minutes, or one hour."""
+    return dict(ONE_HOUR if ttl == "1h" else EPHEMERAL)
+
+
+def with_cache_control(message: Message, block: int = -1, ttl: str = "5m") -> dict[str, Any]:
     """The request form of `message` with a cache breakpoint on one of its blocks (the last by default).
     The message's cached `api` form is left untouched."""
     content = [dict(b) for b in message.api["content"]]
-    content[block]["cache_control"] = dict(EPHEMERAL)  # a fresh dict: a caller may edit its body
+    content[block]["cache_control"] = cache_marker(ttl)
     return {"role": message.role, "content": content}
 
 
 def request_body(
-    static: StaticPrefix, messages: list[dict[str, Any]], *, model: str, max_tokens: int
+    static: StaticPrefix, messages: list[dict[str, Any]], *, model: str, max_tokens: int, ttl: str = "5m"
 ) -> dict[str, Any]:
     """A Messages API body: `messages` as given, the static prefix with its one breakpoint (on the system
     prompt, which covers the tools; on the last tool when there is no system prompt)."""
     tools = [dict(t) for t in static.tools]
     if tools and not static.system:
-        tools[-1]["cache_control"] = dict(EPHEMERAL)
+        tools[-1]["cache_control"] = cache_marker(ttl)
     request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
     if static.system:
-        request["system"] = [{"type": "text", "text": static.system, "cache_control": dict(EPHEMERAL)}]
+        request["system"] = [{"type": "text", "text": static.system, "cache_control": cache_marker(ttl)}]
     if tools:
         request["tools"] = tools
     return request
@@ -210,12 +228,16 @@ class Assembler:
     estimator: TokenEstimate = field(default_factory=TokenEstimator)
     compressor: ResultCompressor | None = None  # None: the one `policy.compressor` names
     compactor: Compactor | None = None  # None: the one `policy.compactor` names
+    rates: CacheRates = field(default_factory=CacheRates)  # the model's cache prices (agents.agent.assembler_for)
     _compressed: dict[int, Message] = field(default_factory=dict, repr=False)
     _capped: dict[tuple[int, int], Message] = field(default_factory=dict, repr=False)
     _prefix_key: tuple | None = field(default=None, repr=False)
     _prefix: tuple[list[Message], dict[str, int], int, int] | None = field(default=None, repr=False)
     _decisions: dict[int, bool] = field(default_factory=dict, repr=False)
     _reopenings: dict[int, Message] = field(default_factory=dict, repr=False)
+    # After an API compaction whose kept steps start mid-round: (view index, the pinned opening's block)
+    # appended to that message, the last one when it compacted (context.api_compaction).
+    _amend: tuple[int, TextBlock] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.compressor is None:
@@ -225,12 +247,19 @@ class Assembler:
 
     # ---- per-message variants, computed once -------------------------------------
 
+    def at(self, index: int) -> Message:
+        """view[index] as requests send it: with the pinned opening appended where an API compaction put it."""
+        msg = self.history.view[index]
+        if self._amend is not None and self._amend[0] == index:
+            return Message(role=msg.role, content=[*msg.content, self._amend[1]])
+        return msg
+
     def compressed(self, index: int) -> Message:
         """view[index] as an older step shows it: tool results compressed (with an
         archive reference) or, for the assistant message, bulky call inputs cut."""
         msg = self._compressed.get(index)
         if msg is None:
-            src, shrink = self.history.view[index], self.compressor
+            src, shrink = self.at(index), self.compressor
             if src.role == "assistant":
                 blocks = [shrink.compress_call(b) if isinstance(b, ToolUseBlock) else b for b in src.content]
             else:
@@ -252,7 +281,7 @@ class Assembler:
         key = (index, cap)
         msg = self._capped.get(key)
         if msg is None:
-            src = self.history.view[index]
+            src = self.at(index)
             head = min(1_000, cap // 2)
             blocks = [
                 self.compressor.cap_result(
@@ -297,6 +326,25 @@ class Assembler:
         ref = log_ref(self.agent, self.history.seqs_at(opening))
         return head_tail(text, cap - cap // 4, cap // 4) + OPENING_CUT.format(cap=cap, ref=ref)
 
+    def _api_pin(self, base: int, kept_until: int) -> tuple[int, TextBlock] | None:
+        """Where the pinned opening goes after an API compaction, and its block: appended to the last message
+        when it compacted (the first new user turn after the kept ones), never between the block and the kept
+        turns, which must follow it unchanged for their thinking to stay valid (platform docs, "Compaction and
+        preserved thinking")."""
+        opening = self.history.latest_opening(base) if self.policy.opening_cap_chars else None
+        last = kept_until - 1
+        if opening is None or last < base or self.history.view[last].role != "user":
+            return None
+        return last, TextBlock(text=PINNED_OPENING.format(text=self._pinned_text(opening)))
+
+    def _set_amend(self, amend: tuple[int, TextBlock] | None) -> None:
+        if amend != self._amend:  # the variants cached at the old and the new place are stale
+            for index in {a[0] for a in (amend, self._amend) if a is not None}:
+                self._compressed.pop(index, None)
+                for key in [k for k in self._capped if k[0] == index]:
+                    del self._capped[key]
+            self._amend = amend
+
     def should_compact(self, assembled: Assembled, event: CompactionEvent | None) -> bool:
         """Whether to compact before this request: the compactor's decision."""
         return self.compactor.should_compact(self, assembled, event)
@@ -311,11 +359,19 @@ class Assembler:
         self.forget_tail(max(0, len(view) - 1))  # the last view message may have been merged since
         span = event.in_view(self.history) if event else ViewSpan(0, 0, 0)
         base, cap_until = span.kept_from, span.kept_until
+        if event and event.block is not None:
+            cap_until = 0  # the kept turns go out as they were sent: a smaller cap would change them
         head: list[Message] = list(event.messages) if event else []
-        if event and base < len(view) and view[base].role == "assistant":
+        mid_round = bool(event) and base < len(view) and view[base].role == "assistant"
+        api_mid_round = mid_round and event is not None and event.block is not None
+        self._set_amend(self._api_pin(base, span.kept_until) if api_mid_round else None)
+        if mid_round and event and event.block is None:
             head.append(self._reopening(base))  # the kept steps start mid-round
         pinned = sum(b.tokens for b in head[-1].content[:-1]) if len(head) == 3 else 0  # all but the bridge
-        managed = sum(m.tokens for m in head) + self.history.tokens(base) >= pol.start_tokens
+        pinned += self._amend[1].tokens if self._amend else 0
+        # A compressor that leaves the shrinking to the server keeps the client's view unmanaged: append-only.
+        managed = self.compressor.client_side and \
+            sum(m.tokens for m in head) + self.history.tokens(base) >= pol.start_tokens
 
         # Segments: rounds since the compaction point; steps kept by a compaction
         # that started mid-round form a first segment opened by the bridge.
@@ -346,14 +402,17 @@ class Assembler:
                 f"over the window of {pol.window}, even with tool results trimmed; compact the context "
                 "or raise the window"
             )
-        assembled.request_fields = self.compactor.request_fields(event)
+        assembled.request_fields = self.compactor.request_fields(event) | \
+            self.compressor.request_fields(self, assembled)
+        # A request that carries the API's compaction block needs its beta header, whichever compactor runs now.
+        assembled.betas = sorted({*self.compressor.betas(), *([COMPACT_BETA] if event and event.block else [])})
         assembled.plan = f"{event.id if event else 0}:{base}:{len(starts)}:{starts[-1]}:{n_batches}:{managed}"
         return assembled
 
     def _step(self, s: int, cap_until: int, compress: bool = False, hard_cap: bool = False) -> list[Message]:
         """A step's messages: the assistant message, then its results (compressed or capped)."""
         end = self.history.step_end(s)
-        msgs = [self.compressed(s) if compress else self.history.view[s]]
+        msgs = [self.compressed(s) if compress else self.at(s)]
         if end == s + 2:
             if compress:
                 msgs.append(self.compressed(s + 1))
@@ -367,8 +426,9 @@ class Assembler:
 
         Moving a batch out of the verbatim window rewrites the cache after it: the
         compressed batch and the N steps that follow it are written again (1.25x).
-        The batch is compressed only if the tokens it saves, read at 0.1x on each
-        later call, repay that within `payback_calls` calls. The inputs of the
+        The batch is compressed only if the tokens it saves, read at the model's cache
+        read price (`rates`: 0.05x on the 5.5 models) on each later call, repay that
+        within `payback_calls` calls. The inputs of the
         decision are fixed once the batch becomes eligible, so it never flips.
         """
         pol = self.policy
@@ -381,7 +441,8 @@ class Assembler:
             raw = sum(m.tokens for s in batch for m in self._step(s, 0))
             small = sum(m.tokens for s in batch for m in self._step(s, 0, compress=True))
             rewrite = small + sum(m.tokens for s in tail for m in self._step(s, 0))
-            self._decisions[key] = (raw - small) * CACHE_READ * pol.payback_calls >= rewrite * CACHE_WRITE
+            rates = self.rates
+            self._decisions[key] = (raw - small) * rates.read * pol.payback_calls >= rewrite * rates.write
         return self._decisions[key]
 
     def _stable_prefix(self, event, head, pinned, starts, steps, n_batches, managed, cap_until):
@@ -392,19 +453,23 @@ class Assembler:
         # The current round's opening message may be the last view message, which a
         # following user message can still merge into: its identity is part of the key.
         opening = id(self.history.view[starts[-1]])
-        key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), opening, n_batches, managed)
+        key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), opening, n_batches, managed,
+               self._amend)
         if key != self._prefix_key or self._prefix is None:
             view, chain = self.history.view, PrefixChain(self.static.digest)
-            head = chain.admit_all(head)
+            if event is not None and event.block is not None:  # the API's block, then the kept turns as sent
+                head = [chain.admit_summary(head[0], event.prefix_start, event.prefix_cut), *chain.admit_all(head[1:])]
+            else:
+                head = chain.admit_all(head)
             layers = {"summary": sum(m.tokens for m in head) - pinned, "pinned_opening": pinned, "earlier_rounds": 0,
                       "compressed": 0, "kept_batches": 0}
             msgs = list(head)
             for start, end in zip(starts, starts[1:]):
                 if managed:  # layer 3: the opening user message and the final answer only
                     keep = sorted({i for i in (start, end - 1) if view[i].role == "user" or i == end - 1})
-                    part = [view[i] for i in keep]
+                    part = [self.at(i) for i in keep]
                 else:
-                    part = [view[start]] if view[start].role == "user" else []
+                    part = [self.at(start)] if view[start].role == "user" else []
                     for s in self.history.steps_in(start, end):
                         part += self._step(s, cap_until)
                 part = chain.admit_all(part)
@@ -412,7 +477,7 @@ class Assembler:
                 layers["earlier_rounds"] += sum(m.tokens for m in part)
             current = starts[-1]
             if view[current].role == "user":
-                msgs.append(chain.admit(view[current]))  # the current round's opening message
+                msgs.append(chain.admit(self.at(current)))  # the current round's opening message
                 layers["earlier_rounds"] += msgs[-1].tokens
             batch_ends, n_compressed, b = [len(msgs) - 1], 0, self.policy.batch
             for j in range(n_batches):

@@ -405,7 +405,9 @@ class SummaryCompactor:
         return assembled.estimated_input > policy.threshold and kept_from(history, base, policy.keep_last_steps) > base
 
     def compact(self, assembler: Assembler, previous: CompactionEvent | None, **inputs: Any) -> CompactionEvent:
-        """The event of a new compaction; `inputs` are `compact`'s other arguments (schema, prompt, call, ...)."""
+        """The event of a new compaction; `inputs` are `compact`'s other arguments (schema, prompt, call, ...).
+        The API compactor's own input (its call) is not one of them."""
+        inputs.pop("compaction_call", None)
         return compact(assembler=assembler, previous=previous, **inputs)
 
     def request_fields(self, event: CompactionEvent | None) -> dict[str, Any]:

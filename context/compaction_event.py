@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from context.history import History
-from context.messages import Message, TextBlock, Usage
+from context.messages import CompactionBlock, Message, TextBlock, Usage
 
 
 class ViewSpan(NamedTuple):
@@ -61,6 +61,16 @@ class CompactionEvent(BaseModel):
     # How a summary over the cap was kept bounded (context.summary_cap): "asked", "enforced", both, or None.
     condensed: str | None = None
     at: str = ""
+    # Who wrote the summary: "summary" (baton's compactor asked the agent's model, or built its fallback) or
+    # "api" (the API's on-demand compaction, context.api_compaction). An api compaction keeps the block
+    # the API returned, sent back as it came, first in the messages; its parsed `summary` is baton's record.
+    strategy: str = "summary"
+    block: dict[str, Any] | None = None
+    # Where the prefix chain stood (context.prefix) at the start of the compacted request and right after the
+    # messages the block replaces: a request that starts the same way continues from the second, so the
+    # thinking in the kept turns is sent back, as the API accepts it.
+    prefix_start: str | None = None
+    prefix_cut: str | None = None
 
     @model_validator(mode="after")
     def _positions(self) -> CompactionEvent:
@@ -81,7 +91,8 @@ class CompactionEvent(BaseModel):
     def _only_given_positions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # An event is written with the one kind of position it has; the other kind stays absent.
         data = handler(self)
-        for name in (*_SEQ_FIELDS, *_VIEW_FIELDS, "condensed"):  # condensed: absent unless it happened
+        for name in (*_SEQ_FIELDS, *_VIEW_FIELDS, "condensed", "block", "prefix_start",
+                     "prefix_cut"):  # absent unless they happened
             if name in data and data[name] is None:
                 del data[name]
         return data
@@ -98,6 +109,10 @@ class CompactionEvent(BaseModel):
 
     @cached_property
     def messages(self) -> list[Message]:
+        """What stands for the compacted messages in a request: the API's block, alone in an assistant message
+        (where the docs put it: first in ``messages``), or baton's compact prompt and the summary."""
+        if self.block is not None:
+            return [Message(role="assistant", content=[CompactionBlock.model_validate(self.block)])]
         text = f"<compact_summary>{json.dumps(self.summary, ensure_ascii=False, sort_keys=True)}</compact_summary>"
         return [
             Message(role="user", content=[TextBlock(text=self.prompt)]),

@@ -31,6 +31,14 @@ from context.text import head_tail
 class PerToolCompressor:
     """Layers 4 and 5 of assembly with per-tool forms (the default, named ``per_tool`` in ``Policy``)."""
 
+    client_side = True  # baton shrinks older results itself, so nothing is asked of the server
+
+    def request_fields(self, assembler: Any, assembled: Any) -> dict[str, Any]:
+        return {}
+
+    def betas(self) -> list[str]:
+        return []
+
     def compress_result(
         self, call: ToolUseBlock | None, result: ToolResultBlock, ref: str, *, read_lines: int
     ) -> ToolResultBlock:

@@ -104,6 +104,17 @@ class PrefixChain:
         self._close(digest)
         return Message(role=message.role, content=kept, usage=message.usage)
 
+    def admit_summary(self, message: Message, start: str | None, cut: str | None) -> Message:
+        """The API's compaction block (``context.api_compaction``), first in the request: it stands for the
+        messages it summarised, so when the request starts as the compacted one did (the same system, tools
+        and thinking epoch), the chain goes on from where those messages ended (`cut`) and the kept turns'
+        thinking stays valid, as the API's check starts at the block. Otherwise it is a message like any."""
+        if cut is not None and not self.ends and self.digest == start:
+            self._close(cut)
+        else:
+            self._close(_end_after(self.digest, message))
+        return message
+
     def admit_all(self, messages: list[Message]) -> list[Message]:
         return [self.admit(m) for m in messages]
 

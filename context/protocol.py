@@ -1,7 +1,9 @@
 """The request protocol of the Messages API: validation and repair.
 
 Four rules: (1) the request starts with a user message, roles alternate and no
-message is empty; (2) each assistant tool_use is answered by a tool_result in
+message is empty (an assistant message holding only the API's compaction block may
+come first, and whatever follows it is the kept turns, of either role: platform docs,
+"Compaction on demand"); (2) each assistant tool_use is answered by a tool_result in
 the next user message, results first, each once; (3) the estimated input plus
 max_tokens fits the window; (4) a mid-conversation ``system`` message (text only)
 stands right after a user message and is the last message or followed by an
@@ -67,11 +69,14 @@ def _problems(messages: Sequence[Message], allow_pending: bool) -> Iterable[Prot
     if not messages:
         yield ProtocolError(0, 1, "the request has no messages; it must start with a user message")
         return
-    if messages[0].role == "assistant":
+    block_first = leads_with_compaction(messages)
+    if messages[0].role == "assistant" and not block_first:
         yield ProtocolError(0, 1, "the first message must have role 'user'")
     expected: list[str] = []  # tool_use ids the next user message must answer
     previous = ""  # the role of the last message that was not a system message
     for i, msg in enumerate(messages):
+        if i == 0 and block_first:
+            continue  # the summary stands for the summarised messages: the kept turns follow it as they were
         if not msg.content:
             yield ProtocolError(i, 1, "message has empty content")
         if msg.role == "system":
@@ -100,6 +105,13 @@ def _problems(messages: Sequence[Message], allow_pending: bool) -> Iterable[Prot
         expected = []
     if expected and not allow_pending:
         yield ProtocolError(len(messages) - 1, 2, f"tool_use ids {expected} at the end are never answered")
+
+
+def leads_with_compaction(messages: Sequence[Message]) -> bool:
+    """The first message is the API's compaction block alone (``context.api_compaction``)."""
+    first = messages[0] if messages else None
+    return bool(first and first.role == "assistant" and len(first.content) == 1
+                and getattr(first.content[0], "type", None) == "compaction")
 
 
 def problems(messages: Sequence[Message], *, allow_pending: bool = False) -> list[ProtocolError]:

@@ -15,11 +15,13 @@ from typing import Any
 #: Result compressors (layers 4 and 5 of assembly): name -> "module:Class".
 COMPRESSORS: dict[str, str] = {
     "per_tool": "context.per_tool_compression:PerToolCompressor",
+    "api": "context.api_editing:ApiEditingCompressor",
 }
 
 #: Compactors (when and how the context is summarised): name -> "module:Class".
 COMPACTORS: dict[str, str] = {
     "summary": "context.compaction:SummaryCompactor",
+    "api": "context.api_compaction:ApiCompactor",
 }
 
 

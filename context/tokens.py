@@ -191,6 +191,8 @@ def block_tokens(block: Any) -> int:
         return total
     if kind == "thinking":
         return count_text(block.thinking)
+    if kind == "compaction":  # the summary is read as text; the signature is not read
+        return count_text(block.content or "")
     if kind == "redacted_thinking":  # opaque: its encrypted data stands for the thinking it hides
         return count_text(block.data) // 4
     if kind == "image":
