@@ -354,7 +354,10 @@ def with_tool_breakpoint(request: ModelRequest) -> list[dict[str, Any]]:
     tools = list(request.tools)
     if "cache_control" in tools[-1] or count_cache_markers(request) >= MAX_CACHE_MARKERS:
         return tools
-    tools[-1] = {**tools[-1], "cache_control": dict(EPHEMERAL)}
+    # The system prompt's TTL: the API wants 1-hour entries before 5-minute ones, and the tools come first.
+    system = request.system if isinstance(request.system, list) else []
+    marked = [b["cache_control"] for b in system if isinstance(b, dict) and b.get("cache_control")]
+    tools[-1] = {**tools[-1], "cache_control": dict(marked[0]) if marked else dict(EPHEMERAL)}
     return tools
 
 

@@ -63,9 +63,13 @@ class StepEvent(_Event):
     # call), and whether the engine changed the view on purpose since (a batch compressed, a compaction).
     prefix_extends: bool | None = None
     view_changed: bool | None = None
+    # Context editing (compressor "api"): the input tokens the server cleared from this request, as it said
+    # (its context_management.applied_edits); None when the request asked for none.
+    cleared_input: int | None = None
+    cache_ttl: str | None = None  # "1h" when the request's breakpoints were marked for an hour
 
     omitted_when_none: ClassVar[frozenset[str]] = frozenset(
-        {"counted_input", "cost_usd", "prefix_extends", "view_changed"})
+        {"counted_input", "cost_usd", "prefix_extends", "view_changed", "cleared_input", "cache_ttl"})
 
 
 class OutputCutEvent(_Event):

@@ -12,6 +12,7 @@ The reply is appended to the log with its ``StepEvent`` inside the record, then 
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -121,6 +122,8 @@ def call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], f
         thinking_dropped=dropped,
         prefix_extends=extends,
         view_changed=changed,
+        cleared_input=_cleared(request, response),
+        cache_ttl="1h" if '"ttl": "1h"' in json.dumps(request.system or "") else None,
     )
     # The event and what the estimator learned ride in the log record too: a crash before
     # events.jsonl and agent.json have them loses nothing (AgentDisk.claim restores them).
@@ -139,6 +142,14 @@ def call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], f
     disk.state.nudges = 0
     history.append(message)  # the plan's recap reads the history as the log now holds it
     return finish_tools(disk, agent, disk.records[-1], fault, base, history)
+
+
+def _cleared(request: ModelRequest, response: ModelResponse) -> int | None:
+    """The input tokens the server's context editing cleared (None when the request asked for no editing)."""
+    if request.context_management is None:
+        return None
+    edits = (response.context_management or {}).get("applied_edits") or []
+    return sum(int(e.get("cleared_input_tokens") or 0) for e in edits if isinstance(e, dict))
 
 
 def _prefix_continuity(disk: AgentDisk, assembled: Assembled) -> tuple[bool | None, bool | None]:

@@ -13,6 +13,7 @@ check stays: a step sent by ``resume``, or one the API finds too long, still ask
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,6 +26,7 @@ from agents.outcomes import StepOutcome
 from agents.step_outcome import failed
 from agents.thinking import thinking_fields
 from context.assembly import Assembled, Assembler, ContextOverflow, StaticPrefix
+from context.cache_ttl import choose_ttl
 from context.compaction_event import CompactionEvent
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,9 @@ log = logging.getLogger(__name__)
 # Near the threshold the estimate (about 1% off) could decide either way: within this share
 # of it, the step asks the API for an exact count before deciding to compact.
 EXACT_COUNT_MARGIN = 0.10
+# Before its own gaps say otherwise, the chance that a step is followed by an idle of 5-60 minutes: Init idles
+# through Execute's whole turn once per turn of about ten steps; Execute only when a tool or the queue is slow.
+LONG_IDLE_PRIOR = {"init": 0.1, "execute": 0.02}
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ def prepare(disk: AgentDisk, agent: Agent, assembler: Assembler, step: int, base
     if disk.state.force_compaction:
         return ask_compaction(disk, step, base, "the API said the prompt is too long")
 
-    request = request_for(agent, assembled, assembler.static, max_tokens)
+    request = request_for(agent, assembled, assembler.static, max_tokens, ttl=ttl_for(disk, assembler, assembled))
     counted = _counted(disk, agent, assembler, assembled, request)
     tokens = assembled.estimated_input if counted is None else counted
     base["tokens_in_context"] = tokens
@@ -116,6 +121,29 @@ def request_for(agent: Agent, assembled: Assembled, static: StaticPrefix, max_to
     return ModelRequest(model=config.model.name, max_tokens=max_tokens, messages=body["messages"],
                         system=body.get("system"), tools=body.get("tools", []), temperature=config.model.temperature,
                         purpose="step", context_management=body.get("context_management"), **fields)
+
+
+def step_gaps(disk: AgentDisk) -> list[float]:
+    """Seconds from each step's request to the next one's (start to start, as a cache entry's life is counted),
+    from the step events' ends and durations: the gaps the agent's prefix had to outlive."""
+    starts = []
+    for event in disk.events:
+        if isinstance(event, StepEvent):
+            try:
+                ended = datetime.fromisoformat(event.at).timestamp()
+            except ValueError:
+                continue
+            starts.append(ended - event.duration_s)
+    return [b - a for a, b in zip(starts, starts[1:]) if b >= a]
+
+
+def ttl_for(disk: AgentDisk, assembler: Assembler, assembled: Assembled) -> str:
+    """The TTL of this request's breakpoints (``context.cache_ttl``): what it writes is about its newest step
+    (the last two messages); what an idle would make it rewrite is the whole prefix."""
+    written = sum(m.tokens for m in assembled.messages[-2:])
+    scale = assembled.estimated_input / max(assembled.raw_tokens, 1)
+    return choose_ttl(step_gaps(disk), assembled.estimated_input, round(written * scale), assembler.rates,
+                      LONG_IDLE_PRIOR.get(disk.agent, 0.0))
 
 
 def exact_count(disk: AgentDisk, agent: Agent, assembled: Assembled, request: ModelRequest) -> int | None:
