@@ -13,8 +13,8 @@ check stays: a step sent by ``resume``, or one the API finds too long, still ask
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from agents.agent import Agent
