@@ -136,8 +136,21 @@ class HandoffEvent(_Event):
     path: str
 
 
+class PrewarmEvent(_Event):
+    """At a handoff, the agent's prefix written for an hour so it outlives the other agent's turn
+    (agents/cache_prewarm.py): a request that samples nothing, paid for like any call."""
+
+    kind: Literal["cache_prewarm"] = "cache_prewarm"
+    step: int  # the handoff step it follows
+    usage: dict[str, Any]
+    cost_usd: float | None = None
+
+    omitted_when_none: ClassVar[frozenset[str]] = frozenset({"cost_usd"})
+
+
 Event = Annotated[
-    StepEvent | CompactionRecord | WarningEvent | PromptTooLongEvent | ErrorEvent | HandoffEvent | OutputCutEvent,
+    StepEvent | CompactionRecord | WarningEvent | PromptTooLongEvent | ErrorEvent | HandoffEvent | OutputCutEvent
+    | PrewarmEvent,
     Field(discriminator="kind"),
 ]
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)

@@ -31,7 +31,7 @@ class ModelRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     model: str
-    max_tokens: int = Field(gt=0)
+    max_tokens: int = Field(ge=0)  # 0: a cache pre-warm, which samples nothing (agents/cache_prewarm.py)
     messages: list[dict[str, Any]]
     system: list[dict[str, Any]] | str | None = None
     tools: list[dict[str, Any]] = Field(default_factory=list)

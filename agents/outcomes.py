@@ -6,7 +6,7 @@ typed ``skip`` reason; ``reason`` is the human explanation, never parsed.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -33,7 +33,7 @@ class StepOutcome(BaseModel):
     handoff_path: str | None = None
     model: str = ""
     stop_reason: str | None = None  # why the model's reply of this step stopped, when the step called it
-    usage: dict[str, int] | None = None  # the usage of this step's model call, when it made one
+    usage: dict[str, Any] | None = None  # the usage of this step's model call (its cache split, iterations)
     said: str = ""  # the start of what the reply said (text and notes between tool calls), redacted
 
 
@@ -49,4 +49,4 @@ class CompactionOutcome(BaseModel):
     trigger: Literal["threshold", "prompt_too_long", "forced"] | None = None
     tokens_before: int = 0
     tokens_after: int = 0
-    usage: dict[str, int] | None = None  # the summary call's usage, when the model was asked
+    usage: dict[str, Any] | None = None  # the summary call's usage, when the model was asked

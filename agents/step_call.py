@@ -18,6 +18,7 @@ from typing import Any
 
 from agents import tracing
 from agents.agent import Agent
+from agents.cache_prewarm import prewarm
 from agents.conventions import ConventionsError
 from agents.disk import AgentDisk
 from agents.events import ErrorEvent, OutputCutEvent, StepEvent, WarningEvent, event_record
@@ -27,6 +28,7 @@ from agents.step_notes import note_conventions, note_for, remind
 from agents.step_outcome import failed
 from agents.step_request import prepare, too_long
 from agents.step_tools import Fault, finish_tools
+from agents.thinking import with_billed_thinking
 from context.assembly import Assembled
 from context.form_parts import clip_line
 from context.messages import Message, TextBlock
@@ -97,6 +99,7 @@ def call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], f
     base["said"] = clip_line(redact(message.said), SAID_CHARS)  # what Flower and the live display show
     chain = assembled.chain
     assert chain is not None  # every assembled request has its prefix chain
+    message = with_billed_thinking(message, response.usage.output_tokens)
     message, reply_digest = bind_reply(chain.digest, message)  # each thinking block knows its prefix
     extends, changed = _prefix_continuity(disk, assembled)
     dropped = _note_dropped_thinking(disk, step, response)
@@ -141,7 +144,10 @@ def call_model(disk: AgentDisk, agent: Agent, step: int, base: dict[str, Any], f
         return remind(disk, step, base, note_for(disk, step))
     disk.state.nudges = 0
     history.append(message)  # the plan's recap reads the history as the log now holds it
-    return finish_tools(disk, agent, disk.records[-1], fault, base, history)
+    outcome = finish_tools(disk, agent, disk.records[-1], fault, base, history)
+    if outcome.status == "handoff":
+        prewarm(disk, agent, step)  # the idle through the other agent's turn is certain now
+    return outcome
 
 
 def _cleared(request: ModelRequest, response: ModelResponse) -> int | None:

@@ -28,6 +28,7 @@ from agents.thinking import thinking_fields
 from context.assembly import Assembled, Assembler, ContextOverflow, StaticPrefix
 from context.cache_ttl import choose_ttl
 from context.compaction_event import CompactionEvent
+from context.messages import Usage
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +124,8 @@ def request_for(agent: Agent, assembled: Assembled, static: StaticPrefix, max_to
                         purpose="step", context_management=body.get("context_management"), **fields)
 
 
-def step_gaps(disk: AgentDisk) -> list[float]:
-    """Seconds from each step's request to the next one's (start to start, as a cache entry's life is counted),
-    from the step events' ends and durations: the gaps the agent's prefix had to outlive."""
+def step_starts(disk: AgentDisk) -> list[tuple[int, float]]:
+    """(step, when its request started) for each step event, from its end and duration, in order."""
     starts = []
     for event in disk.events:
         if isinstance(event, StepEvent):
@@ -133,16 +133,29 @@ def step_gaps(disk: AgentDisk) -> list[float]:
                 ended = datetime.fromisoformat(event.at).timestamp()
             except ValueError:
                 continue
-            starts.append(ended - event.duration_s)
+            starts.append((event.step, ended - event.duration_s))
+    return starts
+
+
+def step_gaps(disk: AgentDisk) -> list[float]:
+    """Seconds from each step's request to the next one's (start to start, as a cache entry's life is counted):
+    the gaps the agent's prefix had to outlive."""
+    starts = [at for _, at in step_starts(disk)]
     return [b - a for a, b in zip(starts, starts[1:]) if b >= a]
 
 
 def ttl_for(disk: AgentDisk, assembler: Assembler, assembled: Assembled) -> str:
-    """The TTL of this request's breakpoints (``context.cache_ttl``): what it writes is about its newest step
-    (the last two messages); what an idle would make it rewrite is the whole prefix."""
-    written = sum(m.tokens for m in assembled.messages[-2:])
+    """The TTL of this request's breakpoints (``context.cache_ttl``). What an idle would make the next request
+    rewrite is the whole prefix; what this one writes is what the last request did not read (all of it for the
+    first request and after a compaction), at least its newest step (the last two messages)."""
     scale = assembled.estimated_input / max(assembled.raw_tokens, 1)
-    return choose_ttl(step_gaps(disk), assembled.estimated_input, round(written * scale), assembler.rates,
+    written = round(sum(m.tokens for m in assembled.messages[-2:]) * scale)
+    last = next((e for e in reversed(disk.events) if isinstance(e, StepEvent)), None)
+    if last is None or (disk.compacted_after() or 0) >= last.step:
+        written = assembled.estimated_input
+    else:
+        written = max(written, assembled.estimated_input - Usage.model_validate(last.usage).total_input)
+    return choose_ttl(step_gaps(disk), assembled.estimated_input, written, assembler.rates,
                       LONG_IDLE_PRIOR.get(disk.agent, 0.0))
 
 

@@ -21,9 +21,13 @@ Docs: platform.claude.com/docs/en/build-with-claude/preserved-thinking, .../thin
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from agents.config import ModelSettings
+from context.messages import Message, is_signed
+
+CLAUDE_PER_RAW = 1.19  # Claude tokens per cl100k token (the estimator's prior)
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 UPDATES_BETA = "thinking-display-updates-2026-08-18"
@@ -43,3 +47,23 @@ def thinking_fields(settings: ModelSettings) -> dict[str, Any]:
         thinking = {"type": "between_tools"}
     output_config = {"effort": settings.effort} if settings.effort else None
     return {"thinking": thinking, "output_config": output_config, "betas": betas}
+
+
+def with_billed_thinking(message: Message, output_tokens: int) -> Message:
+    """``message`` with its thinking blocks' share of the reply's billed thinking (``ThinkingBlock.billed``): the
+    output the reply was billed for beyond what it shows (its text and calls, in Claude-like tokens). Sent back,
+    a block is billed as input at that size (platform docs, "Preserved thinking"), so baton's estimate counts it
+    too; the 5.5 models show no thinking text by default."""
+    signed = [b for b in message.content if is_signed(b)]
+    if not signed:
+        return message
+    shown = sum(b.tokens for b in message.content if not is_signed(b))
+    thinking = max(0, output_tokens - math.ceil(shown * CLAUDE_PER_RAW))
+    share, extra = divmod(thinking, len(signed))
+    blocks, k = [], 0
+    for block in message.content:
+        if is_signed(block):
+            block = block.model_copy(update={"billed": share + (1 if k < extra else 0)})
+            k += 1
+        blocks.append(block)
+    return Message(role=message.role, content=blocks, usage=message.usage)

@@ -1,9 +1,11 @@
 """Replay recorded agent trajectories under several context policies and price them.
 
     python bench/context_replay.py [--data DIR] [--out docs/benchmarks.md | --charts DIR]
-                                   [--batch B] [--start S] [--sweep] [--jobs N]
+                                   [--batch B] [--start S] [--sweep] [--api-table] [--jobs N]
 
-It prints its tables; it writes docs/benchmarks.md and docs/img/*.png only when asked (--out).
+It prints its tables; it writes docs/benchmarks.md and docs/img/*.png only when asked (--out). The table of
+baton's engine against the API's compaction and context editing, priced at the 5.5 models' rates, is
+bench/replay_api_policies.py's (alone: --api-table).
 
 Every recorded assistant message is one model call; its context is everything
 before it in the (repaired) log. For each call and each policy we build the
@@ -62,6 +64,7 @@ from common import (  # noqa: E402
     write_section,
 )
 from prefix_stability import PrefixStats, PrefixTracker  # noqa: E402
+from replay_api_policies import api_policies, api_section, api_table  # noqa: E402
 
 from context.assembly import Assembler, StaticPrefix, request_body  # noqa: E402
 from context.compaction import CircuitBreaker, SummaryRequest, compact, summary_request  # noqa: E402
@@ -69,6 +72,7 @@ from context.compaction_event import CompactionEvent  # noqa: E402
 from context.compression import archive_ref  # noqa: E402
 from context.history import History, own_text  # noqa: E402
 from context.messages import (  # noqa: E402
+    CompactionBlock,
     Message,
     TextBlock,
     ThinkingBlock,
@@ -341,6 +345,7 @@ class ClearPolicy:
 class BatonPolicy:
     def __init__(self, history: History, static: StaticPrefix, batch: int, start: int, **overrides: Any):
         self.plan = recap_of(SYNTHETIC_PLAN) if overrides.pop("_plan", False) else None
+        rates = overrides.pop("_rates", None)  # the payback rule's cache ratios (None: the engine's default)
         settings = {"window": WINDOW, "threshold": THRESHOLD, "keep_last_steps": KEEP_STEPS, "batch": batch,
                     "start_tokens": start, "payback_calls": PAYBACK, **overrides}
         self.policy = Policy(**settings)
@@ -348,12 +353,14 @@ class BatonPolicy:
         # the agent's log (agents/step.py, context.todo_recap), so this policy's log differs from the run's.
         self.history = History(redact=False) if self.plan is not None else history
         self._steps_since_recap = 0
-        self.assembler = Assembler(self.history, self.policy, agent=AGENT, static=static)
+        self.assembler = Assembler(self.history, self.policy, agent=AGENT, static=static,
+                                   **({"rates": rates} if rates else {}))
         self.event: CompactionEvent | None = None
         self.breaker = CircuitBreaker()
         self.opening_facts = self.opening_visible = 0
         self.recap_calls = self.recap_tokens = 0
         self.summary_max = self.condensed = 0
+        self.summary_output = 0  # tokens of the summaries written (the replay_api_policies table prices them)
         self.calls_since_compaction = 0
         self.static = static
         self.body: dict[str, Any] = {}  # the Messages API body of the last call, as the agent sends it
@@ -375,6 +382,7 @@ class BatonPolicy:
                                  prompt=COMPACT_PROMPT, call=None, breaker=self.breaker)
             a = self.assembler.assemble(self.event)
             self.summary_max = max(self.summary_max, summary_tokens(self.event.summary))
+            self.summary_output += self.event.messages[-1].tokens
             self.condensed += self.event.condensed is not None
             shown = "\n".join(block_text(b) for m in a.messages for b in m.content)
             self.opening_facts += len(facts)
@@ -383,6 +391,9 @@ class BatonPolicy:
         # The body as the agent sends it; a recap is a message of the log, where the step appended it.
         self.body = a.to_request(self.static, model=MODEL, max_tokens=MAX_TOKENS)
         return a.messages, a.breakpoints, extra
+
+    def counts(self) -> dict[str, int]:
+        return {"summary_output": self.summary_output}
 
     def observe(self, message: Message) -> None:
         """A recorded message joined the run's log. With the synthetic plan this policy keeps its own log and
@@ -498,6 +509,8 @@ def block_text(b: Any) -> str:
         return b.text
     if isinstance(b, ThinkingBlock):
         return b.thinking
+    if isinstance(b, CompactionBlock):  # the API's summary (bench/replay_api_policies.py)
+        return b.content or ""
     return ""
 
 
@@ -560,12 +573,14 @@ class TextCache:
 # ---------------------------------------------------------------------------- one run
 
 
-def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]) -> dict[str, Any]:
-    dataset, index, traj, configs, lookback = task
+def replay_run(task: tuple) -> dict[str, Any]:
+    """One run under every policy. `task`: data set, index, run, baton (B, S) configurations (the default
+    first), cache lookback, and optionally True to replay only the A/B/C table's policies."""
+    dataset, index, traj, configs, lookback, *only = task
     msgs = [parse_message(m) for m in traj["messages"]]
     static = StaticPrefix(system=traj.get("system") or "")
     history = History(redact=False)
-    policies: dict[str, Any] = {
+    policies: dict[str, Any] = {} if only and only[0] else {
         "none": NonePolicy(history, static),
         # (b) gets the same breakpoint strategy baton uses (the end of its stable,
         # masked prefix and the last message): the fair comparison, and the one the
@@ -574,13 +589,15 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
         "mask_1bp": MaskPolicy(history, static),
         "clear": ClearPolicy(history, static),
     }
-    for b, s in configs:
-        policies[baton_key(b, s)] = BatonPolicy(history, static, b, s)
-    for key, (b, s, overrides) in variants(dataset, configs[0]).items():
-        policies[key] = BatonPolicy(history, static, b, s, **overrides)
+    if policies:
+        for b, s in configs:
+            policies[baton_key(b, s)] = BatonPolicy(history, static, b, s)
+        for key, (b, s, overrides) in variants(dataset, configs[0]).items():
+            policies[key] = BatonPolicy(history, static, b, s, **overrides)
+    policies.update(api_policies(sys.modules[__name__], dataset, history, static, configs[0]))
     caches = {k: PromptCache(static, lookback) for k in policies}
     stats = {k: Stats() for k in policies}
-    trackers = {k: PrefixTracker() for k in policies}
+    trackers = {k: p.tracker() if hasattr(p, "tracker") else PrefixTracker() for k, p in policies.items()}
     needed, refs = needed_facts(static.system, msgs)
     texts = TextCache()
     last_request: dict[str, list[Message]] = {}
@@ -627,15 +644,16 @@ def replay_run(task: tuple[str, int, dict[str, Any], list[tuple[int, int]], int]
     return {
         "dataset": dataset, "index": index, "id": traj.get("id", str(index)), "calls": n_calls,
         "output": output_tokens, "final_tokens": history.tokens() + static.tokens,
-        "stats": {k: {**vars(v), **{f: getattr(trackers[k].stats, f) for f in PREFIX_FIELDS}}
-                  for k, v in stats.items()},
+        "stats": {k: {**vars(v), **{f: getattr(trackers[k].stats, f) for f in PREFIX_FIELDS},
+                      **(policies[k].counts() if hasattr(policies[k], "counts") else {})} for k, v in stats.items()},
     }
 
 
 def wire(pol: Any, req: list[Message], static: StaticPrefix) -> tuple[dict[str, Any], bool]:
     """The Messages API body a policy sends at this call, and whether its view changed by plan there. baton's
-    is its assembler's own (`Assembled.to_request`); the baselines send their messages as they are."""
-    if isinstance(pol, BatonPolicy):
+    is its assembler's own (`Assembled.to_request`, the client's also where a server edits it); the baselines
+    send their messages as they are."""
+    if hasattr(pol, "body"):
         return pol.body, pol.planned
     return request_body(static, [m.api for m in req], model=MODEL, max_tokens=MAX_TOKENS), False
 
@@ -992,6 +1010,9 @@ def main(argv: list[str] | None = None) -> int:
         "--payback", type=int, default=PAYBACK, help="payback_calls of every baton policy (default: the Policy default)"
     )
     ap.add_argument("--sweep", action="store_true", help="also sweep S x B and report cost ratios")
+    ap.add_argument("--api-table", action="store_true",
+                    help="replay and print only the A/B/C table (baton's engine vs the API's compaction and context "
+                         "editing); with --out, write only its section")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many runs per data set (0 = all)")
     ap.add_argument(
@@ -1026,6 +1047,17 @@ def main(argv: list[str] | None = None) -> int:
                 break
             tasks.append((dataset_name(f), i, traj, configs, args.lookback))
     tasks.sort(key=lambda t: -len(json.dumps(t[2]["messages"])))  # longest first: better balance
+    if args.api_table:
+        results = run_all([(*t, True) for t in tasks], args.jobs)
+        elapsed, api_tables = time.perf_counter() - started, api_table(results, sys.modules[__name__])
+        print(*api_tables, sep="\n\n")
+        print(f"\n{len(results)} runs, {sum(r['calls'] for r in results)} calls, {elapsed:.0f} s on {args.jobs} "
+              "process(es)")
+        if args.out is None:
+            print("nothing written; pass --out docs/benchmarks.md to record the table")
+            return 0
+        write_api_section(args.out, api_tables, results, elapsed, _command(argv), args.jobs)
+        return 0
     results = run_all(tasks, args.jobs)
     agg = aggregate(results)
     lookback_agg = None
@@ -1080,6 +1112,8 @@ def main(argv: list[str] | None = None) -> int:
         longest = max(runs, key=lambda r: (r["final_tokens"], r["calls"]))
         if img_dir is not None:
             images.append((ds, chart(ds, longest, order, default_key, img_dir)))
+    api_tables = api_table(results, sys.modules[__name__])
+    print("", *api_tables, sep="\n\n")
     print(f"\n{len(results)} runs, {sum(r['calls'] for r in results)} calls, {len(configs)} baton configurations, "
           f"{elapsed:.0f} s on {args.jobs} process(es)")
 
@@ -1087,9 +1121,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nnothing written" + (f" but {len(images)} chart(s) under {img_dir}" if images else "")
               + "; pass --out docs/benchmarks.md to record these results")
         return 0
-    command = "python bench/context_replay.py" + (
-        "" if not sys.argv[1:] else " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    )
+    command = _command(argv)
     doc = [
         "## Context replay",
         "",
@@ -1237,7 +1269,22 @@ def main(argv: list[str] | None = None) -> int:
         doc += [f"![context size per call, {ds}]({rel})", ""]
     write_section(args.out, "context-replay", "\n".join(doc))
     print(f"wrote {args.out} and {len(images)} chart(s) under {img_dir}")
+    write_api_section(args.out, api_tables, results, elapsed, command, args.jobs)
     return 0
+
+
+def _command(argv: list[str] | None) -> str:
+    args = argv if argv is not None else sys.argv[1:]
+    return "python bench/context_replay.py" + ("" if not args else " " + " ".join(shlex.quote(a) for a in args))
+
+
+def write_api_section(doc: Path, api_tables: tuple[str, str], results: list[dict[str, Any]], elapsed: float,
+                      command: str, jobs: int) -> None:
+    """The A/B/C table's own section of `doc` (bench/replay_api_policies.py)."""
+    calls = sum(r["calls"] for r in results)
+    section = api_section(*api_tables, command, len(results), calls, elapsed, jobs, sys.modules[__name__])
+    write_section(doc, "context-replay-api", section)
+    print(f"wrote the A/B/C section of {doc}")
 
 
 if __name__ == "__main__":

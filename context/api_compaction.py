@@ -132,6 +132,8 @@ class ApiCompactor:
         base = previous.in_view(history).kept_from if previous else 0
         keep = kept_from(history, base, policy.keep_last_steps)
         summarised = plan(assembler, assembled, keep)
+        # A pin an earlier API compaction appended to a message kept again stays on it: the kept turns go as sent.
+        pins = [{"seq": max(history.seqs_at(at)), "text": block.text} for at, block in assembler.pins if at >= keep]
         cap = cap_tokens(policy.summary_cap_share, policy.threshold)
         note = condense_note(previous.summary if previous else None, cap)
         instructions = (prompt + note)[:MAX_INSTRUCTIONS]
@@ -151,7 +153,7 @@ class ApiCompactor:
             id=(previous.id + 1) if previous else 1, covered_from_seq=1, kept_from_seq=history.seq_at(keep),
             kept_until_seq=history.raw_count, prompt=prompt, summary=redact_value(summary),
             tokens_before=assembled.estimated_input, usage=reply.usage, strategy="api",
-            block=block.model_dump(exclude_none=True), prefix_start=assembler.static.digest,
+            block=block.model_dump(exclude_none=True), prefix_start=assembler.static.digest, pins=pins,
             prefix_cut=assembled.chain.ends[len(summarised) - 1] if assembled.chain else None,
             condensed="+".join(w for w, done in (("asked", bool(note)), ("enforced", enforced)) if done) or None,
             duration_s=round((datetime.now(timezone.utc) - started).total_seconds(), 3),

@@ -237,7 +237,7 @@ class Assembler:
     _reopenings: dict[int, Message] = field(default_factory=dict, repr=False)
     # After an API compaction whose kept steps start mid-round: (view index, the pinned opening's block)
     # appended to that message, the last one when it compacted (context.api_compaction).
-    _amend: tuple[int, TextBlock] | None = field(default=None, repr=False)
+    _amend: tuple[tuple[int, TextBlock], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if self.compressor is None:
@@ -250,9 +250,8 @@ class Assembler:
     def at(self, index: int) -> Message:
         """view[index] as requests send it: with the pinned opening appended where an API compaction put it."""
         msg = self.history.view[index]
-        if self._amend is not None and self._amend[0] == index:
-            return Message(role=msg.role, content=[*msg.content, self._amend[1]])
-        return msg
+        pins = [block for at, block in self._amend if at == index]
+        return Message(role=msg.role, content=[*msg.content, *pins]) if pins else msg
 
     def compressed(self, index: int) -> Message:
         """view[index] as an older step shows it: tool results compressed (with an
@@ -337,9 +336,22 @@ class Assembler:
             return None
         return last, TextBlock(text=PINNED_OPENING.format(text=self._pinned_text(opening)))
 
-    def _set_amend(self, amend: tuple[int, TextBlock] | None) -> None:
-        if amend != self._amend:  # the variants cached at the old and the new place are stale
-            for index in {a[0] for a in (amend, self._amend) if a is not None}:
+    def _pins(self, event: CompactionEvent, base: int, kept_until: int, mid_round: bool
+              ) -> tuple[tuple[int, TextBlock], ...]:
+        """Where pinned openings go after an API compaction: this one's (when its kept steps start mid-round),
+        and those of earlier ones that are on a message this one keeps, which must stay as they were sent."""
+        pins = [(self.history.view_length(p["seq"]) - 1, TextBlock(text=p["text"])) for p in event.pins]
+        own = self._api_pin(base, kept_until) if mid_round else None
+        return tuple(sorted([*pins, *([own] if own else [])], key=lambda pin: pin[0]))
+
+    @property
+    def pins(self) -> tuple[tuple[int, TextBlock], ...]:
+        """The pinned openings the last assembled request appended, by view index."""
+        return self._amend
+
+    def _set_amend(self, amend: tuple[tuple[int, TextBlock], ...]) -> None:
+        if amend != self._amend:  # the variants cached at the old and the new places are stale
+            for index in {at for at, _ in (*amend, *self._amend)}:
                 self._compressed.pop(index, None)
                 for key in [k for k in self._capped if k[0] == index]:
                     del self._capped[key]
@@ -364,11 +376,11 @@ class Assembler:
         head: list[Message] = list(event.messages) if event else []
         mid_round = bool(event) and base < len(view) and view[base].role == "assistant"
         api_mid_round = mid_round and event is not None and event.block is not None
-        self._set_amend(self._api_pin(base, span.kept_until) if api_mid_round else None)
+        self._set_amend(self._pins(event, base, span.kept_until, api_mid_round) if event and event.block else ())
         if mid_round and event and event.block is None:
             head.append(self._reopening(base))  # the kept steps start mid-round
         pinned = sum(b.tokens for b in head[-1].content[:-1]) if len(head) == 3 else 0  # all but the bridge
-        pinned += self._amend[1].tokens if self._amend else 0
+        pinned += sum(block.tokens for _, block in self._amend)
         # A compressor that leaves the shrinking to the server keeps the client's view unmanaged: append-only.
         managed = self.compressor.client_side and \
             sum(m.tokens for m in head) + self.history.tokens(base) >= pol.start_tokens

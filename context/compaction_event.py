@@ -71,6 +71,9 @@ class CompactionEvent(BaseModel):
     # thinking in the kept turns is sent back, as the API accepts it.
     prefix_start: str | None = None
     prefix_cut: str | None = None
+    # Pinned openings an earlier API compaction appended to a message this one keeps: {"seq": the last log
+    # message in that view message when it was pinned, "text": the pin}. They stay, so the kept turns go out as sent.
+    pins: list[dict[str, Any]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _positions(self) -> CompactionEvent:
@@ -92,8 +95,8 @@ class CompactionEvent(BaseModel):
         # An event is written with the one kind of position it has; the other kind stays absent.
         data = handler(self)
         for name in (*_SEQ_FIELDS, *_VIEW_FIELDS, "condensed", "block", "prefix_start",
-                     "prefix_cut"):  # absent unless they happened
-            if name in data and data[name] is None:
+                     "prefix_cut", "pins"):  # absent unless they happened
+            if name in data and data[name] in (None, []):
                 del data[name]
         return data
 

@@ -13,7 +13,7 @@ import json
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from context import tokens as raw_counts
 from context.text import clean_text
@@ -84,6 +84,9 @@ class ThinkingBlock(_Counted):
     prefix: str | None = Field(None, exclude=True)
     # Its text held a secret: stored redacted, and never sent again (the signature covers the original text).
     withheld: bool = Field(False, exclude=True)
+    # Tokens the API billed for it (its share of the reply's thinking): sent back, it is billed as input at that
+    # size, not at its visible text's, which the 5.5 models leave empty by default. Stored, never sent.
+    billed: int = Field(0, ge=0, exclude=True)
 
 
 class RedactedThinkingBlock(_Counted):
@@ -92,9 +95,27 @@ class RedactedThinkingBlock(_Counted):
     type: Literal["redacted_thinking"] = "redacted_thinking"
     data: str
     prefix: str | None = Field(None, exclude=True)
+    billed: int = Field(0, ge=0, exclude=True)  # as ThinkingBlock's
 
 
 SignedBlock = Union[ThinkingBlock, RedactedThinkingBlock]
+
+
+class CompactionBlock(_Counted):
+    """A summary the API wrote (on-demand compaction, beta ``compact-2026-09-04``), kept exactly as returned.
+
+    It is sent back first in ``messages``, in place of the messages it summarises, with every field as the
+    API returned it (its ``signature`` covers the summary): baton never edits one. ``content`` None is a
+    compaction that produced no summary, which baton never sends (it falls back to its own summary).
+    Fields as the SDK's ``BetaCompactionBlock`` (types/beta/beta_compaction_block.py).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")  # a field newer than this code is sent back too
+    type: Literal["compaction"] = "compaction"
+    content: str | None = None
+    signature: str | None = None
+    encrypted_content: str | None = None
+    tool_changes: list[dict[str, Any]] | None = None
 
 
 class ToolUseBlock(_Counted):
@@ -149,29 +170,92 @@ class ToolResultBlock(_Counted):
 
 
 Block = Annotated[
-    Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, ImageBlock],
+    Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock, ImageBlock,
+          CompactionBlock],
     Field(discriminator="type"),
 ]
 
 
-class Usage(_Frozen):
-    """Token usage the API reported for one response."""
+_COUNTS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
+
+class CacheCreation(_Frozen):
+    """A response's cache writes by how long the entry lives (the SDK's ``BetaCacheCreation``)."""
+
+    ephemeral_5m_input_tokens: int = 0
+    ephemeral_1h_input_tokens: int = 0
 
     @field_validator("*", mode="before")
     @classmethod
     def _none_is_zero(cls, value: Any) -> Any:
         return 0 if value is None else value
 
+
+class _Counts(_Frozen):
+    """The four token counts the API reports, with the cache writes' split by lifetime when it gives one."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation: CacheCreation | None = None
+
+    @field_validator(*_COUNTS, mode="before")
+    @classmethod
+    def _none_is_zero(cls, value: Any) -> Any:
+        return 0 if value is None else value
+
+    @property
+    def cache_write_1h(self) -> int:
+        """The cache writes of 1-hour entries (billed at 2x input, not 1.25x); 0 without the split."""
+        hour = self.cache_creation.ephemeral_1h_input_tokens if self.cache_creation else 0
+        return min(hour, self.cache_creation_input_tokens)  # the top-level count is the billed total: never more
+
+    @property
+    def cache_write_5m(self) -> int:
+        """The rest of the cache writes: without the split (older responses and stored events), all of them."""
+        return self.cache_creation_input_tokens - self.cache_write_1h
+
+
+class UsageIteration(_Counts):
+    """One sampling iteration of a response (the SDK's ``Beta*IterationUsage``, told apart by ``type``):
+    "message" (its tokens are in the response's top-level counts), "compaction" (the API's summary call,
+    whose tokens are not), or a kind newer than this code."""
+
+    type: str
+    model: str | None = None
+
+
+class Usage(_Counts):
+    """Token usage the API reported for one response.
+
+    Stored events hold the four counts only, and load as they are: ``cache_creation`` and ``iterations``
+    are absent there and left out of the dump when absent, since every step event carries a usage."""
+
+    iterations: list[UsageIteration] | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_given_parts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for name in ("cache_creation", "iterations"):
+            if not data.get(name):
+                data.pop(name, None)
+        for entry in data.get("iterations") or ():
+            for name in ("cache_creation", "model"):
+                if entry.get(name) is None:
+                    entry.pop(name, None)
+        return data
+
     @property
     def total_input(self) -> int:
-        """What the model actually read: fresh, cache-written and cache-read input."""
+        """What the model actually read: fresh, cache-written and cache-read input (compactions not included)."""
         return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    @property
+    def compactions(self) -> list[UsageIteration]:
+        """The API's compaction iterations: paid for, yet not in the top-level counts (the SDK's
+        ``BetaIterationsUsage``), so what a response cost is the top level plus these."""
+        return [entry for entry in self.iterations or () if entry.type == "compaction"]
 
 
 class Message(_Frozen):
@@ -250,7 +334,8 @@ def _stamp(block: Any) -> dict[str, Any]:
         return {"reminder": True} if block.reminder else {}
     if not is_signed(block):
         return {}
-    return {k: v for k, v in (("prefix", block.prefix), ("withheld", getattr(block, "withheld", False))) if v}
+    return {k: v for k, v in (("prefix", block.prefix), ("withheld", getattr(block, "withheld", False)),
+                              ("billed", block.billed)) if v}
 
 
 def is_signed(block: Any) -> bool:

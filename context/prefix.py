@@ -148,9 +148,10 @@ def bind_reply(chain_digest: str, reply: Message) -> tuple[Message, str]:
     blocks = []
     for block in reply.content:
         if isinstance(block, ThinkingBlock):
-            block = ThinkingBlock(thinking=block.thinking, signature=block.signature, prefix=digest)
+            block = ThinkingBlock(thinking=block.thinking, signature=block.signature, prefix=digest,
+                                  billed=block.billed)
         elif isinstance(block, RedactedThinkingBlock):
-            block = RedactedThinkingBlock(data=block.data, prefix=digest)
+            block = RedactedThinkingBlock(data=block.data, prefix=digest, billed=block.billed)
         blocks.append(block)
         digest = _link(digest, block.digest)
     if not reply.signed_blocks:

@@ -230,7 +230,8 @@ def _redact_block(block: Any) -> Any:
         thinking = redact(block.thinking)
         if thinking is block.thinking:
             return block
-        return ThinkingBlock(thinking=thinking, signature=block.signature, prefix=block.prefix, withheld=True)
+        return ThinkingBlock(thinking=thinking, signature=block.signature, prefix=block.prefix, withheld=True,
+                             billed=block.billed)
     if isinstance(block, ToolUseBlock):
         data = redact_value(block.input)
         return block if data is block.input else ToolUseBlock(id=block.id, name=block.name, input=data)

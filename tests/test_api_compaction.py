@@ -137,3 +137,22 @@ def test_anything_else_falls_back_to_baton_s_own_summary_saying_why(api, reason)
     assert event.strategy == "summary" and event.block is None
     assert "not used" in event.error and reason in event.error
     validate(asm.assemble(event).messages)
+
+
+def test_a_second_compaction_leaves_the_first_pin_on_a_message_it_keeps():
+    h, asm = thinking_log(policy(keep_last_steps=4), 8)
+    first = compact(asm, FakeApi(summary_text(h)))
+    for i in range(9, 11):  # fewer new steps than are kept: the first pin's message is kept again
+        reply = Message(role="assistant", content=[ThinkingBlock(thinking="", signature=f"sig{i}"),
+                                                   ToolUseBlock(id=f"toolu_{i:04d}", name="Bash", input={})])
+        h.append(bind_reply(asm.assemble(first).chain.digest, reply)[0])
+        h.append(user(ToolResultBlock(tool_use_id=f"toolu_{i:04d}", content="x")))
+    before = asm.assemble(first)
+    second = compact(asm, FakeApi(summary_text(h)), first)
+    assert second.strategy == "api" and len(second.pins) == 1
+    after = asm.assemble(second)
+    kept = len(h.view) - h.view_index(second.kept_from_seq)
+    assert [m.canonical for m in after.messages[1:kept]] == [m.canonical for m in before.messages[-kept:-1]]
+    assert after.chain.left_out == 0
+    pinned = [b for m in after.messages for b in m.content if getattr(b, "text", "").startswith("[baton] This round")]
+    assert len(pinned) == 2

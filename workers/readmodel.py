@@ -117,6 +117,12 @@ class AgentView:
     def fallbacks(self) -> int:
         return sum(c.fallback for c in self.compactions)
 
+    @property
+    def api_compactions(self) -> int:
+        """Compactions the API wrote (on-demand compaction, ``context.api_compaction``); events written before
+        the strategy was recorded are baton's own summaries."""
+        return sum(getattr(c, "strategy", "summary") == "api" for c in self.compactions)
+
 
 def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
     # The events with those a crash left owed (derived from the log), so no step goes uncounted.
@@ -252,6 +258,7 @@ def status_json(root: Path) -> dict[str, Any]:
     snap = Snapshot.read(root, detailed=True)
     agents = {role: {"model": view.model, "steps": view.steps, "estimated_input": view.estimated,
                      "threshold": view.threshold, "compactions": len(view.compactions), "fallbacks": view.fallbacks,
+                     "api_compactions": view.api_compactions,
                      "breaker": view.breaker, "warnings": view.warnings, "errors": view.errors,
                      "problems": view.problems, "thinking": asdict(view.thinking)}
               for role, view in snap.agents.items()}

@@ -11,6 +11,7 @@ from typing import Any, Self
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -128,7 +129,8 @@ def where(record: RunRecord | None) -> str:
 
 def event_line(role: str, kind: str, entry: Any) -> Text:
     if kind == "compaction":
-        fallback = " (fallback summary)" if entry.fallback else ""
+        fallback = " (fallback summary)" if entry.fallback else \
+            " (by the API)" if getattr(entry, "strategy", "summary") == "api" else ""
         return Text(f"  {role}: compaction #{entry.id} after step {entry.after_step}: "
                     f"~{entry.tokens_before:,} -> ~{entry.tokens_after:,} tokens{fallback}")
     style = "yellow" if kind == "warning" else "red"
@@ -181,12 +183,22 @@ def agents_table(snap: Snapshot, detailed: bool = False) -> Table:
     table = new_table(*columns, *(("breaker" if small else "circuit breaker",) if detailed else ()), keep=3)
     for view in snap.agents.values():
         model = model_cell(view, snap.pins.get(view.role))
-        compactions = f"{len(view.compactions)}" + (f" ({view.fallbacks} fallback)" if view.fallbacks else "")
-        row: list[Any] = [view.role, model, str(view.steps), gauge(view, small), compactions]
+        row: list[Any] = [view.role, model, str(view.steps), gauge(view, small), compactions_cell(view)]
         if detailed:
             row.append(view.breaker)
         table.add_row(*row)
     return fit_first(table, 3)
+
+
+def compactions_cell(view: AgentView) -> str:
+    """How many compactions, then who wrote them when not baton's summary: "3", "3 (api)" (all by the API's
+    on-demand compaction), "3 (2 api)" (the other, baton's own summary: the api strategy fell back to it),
+    "3 (1 fallback)" (baton's fallback summary, no model's), "3 (2 api, 1 fallback)". Short: the agents' table
+    must fit 80 and 120 columns."""
+    n, api = len(view.compactions), view.api_compactions
+    said = (["api" if api == n else f"{api} api"] if api else []) + \
+        ([f"{view.fallbacks} fallback"] if view.fallbacks else [])
+    return f"{n} ({', '.join(said)})" if said else f"{n}"
 
 
 def model_cell(view: AgentView, pin: PinnedModel | None) -> Text:
@@ -206,18 +218,30 @@ def _dollars(value: float | None) -> str:
 
 def spend_table(spend: RunSpend) -> Table:
     """Tokens by kind and their cost: per agent, its iterations and its compactions; then the proving gates'
-    models, per iteration (issue 31: shown as the agents are)."""
-    small = narrow()  # at 80 columns: tokens in thousands, short headers, the model left to the agents' table
-    number = (lambda n: kilo(n) if n else "0") if small else (lambda n: f"{n:,}")
-    headers = ("input", "cache w", "cache r", "output", "cost", "saved") if small else \
-        ("input", "cache write", "cache read", "output", "cost", "saved by cache")
-    table = new_table("agent", *(() if small else ("model",)), *headers, keep=1,
-                      title="what the run spent" + (" (tokens in thousands)" if small else ""), title_justify="left")
+    models, per iteration (issue 31: shown as the agents are). The cache writes are split by lifetime, since a
+    1-hour write costs 2x input and a 5-minute one 1.25x. Below ``WIDE`` columns: tokens in k and M, short
+    headers; the model column only where the table fits with it (the agents' table and the gates' note above
+    and below name the models too)."""
+    if narrow():
+        return _spend_table(spend, small=True, model=False)
+    table = _spend_table(spend, small=False, model=True)
+    unbounded = out.options.update(max_width=10**6)  # the width it wants, not the window's (a measure is capped)
+    if Measurement.get(out, unbounded, table).maximum > out.width:
+        table = _spend_table(spend, small=False, model=False)
+    return table
 
-    def add(label: str, model: str, part: Spend, **style: Any) -> None:
+
+def _spend_table(spend: RunSpend, small: bool, model: bool) -> Table:
+    number = _tokens_short if small else (lambda n: f"{n:,}")
+    headers = ("input", "w 5m", "w 1h", "read", "out", "cost", "saved") if small else \
+        ("input", "cache write 5m", "cache write 1h", "cache read", "output", "cost", "saved by cache")
+    title = "what the run spent" + (" (w 5m/1h: cache writes by lifetime, read: cache reads)" if small else "")
+    table = new_table("agent", *(("model",) if model else ()), *headers, keep=1, title=title, title_justify="left")
+
+    def add(label: str, name: str, part: Spend, **style: Any) -> None:
         t = part.tokens
-        table.add_row(label, *(() if small else (model,)), number(t.input), number(t.cache_write),
-                      number(t.cache_read), number(t.output), _dollars(part.cost_usd),
+        table.add_row(label, *((name,) if model else ()), number(t.input), number(t.cache_write),
+                      number(t.cache_write_1h), number(t.cache_read), number(t.output), _dollars(part.cost_usd),
                       _dollars(part.saved_by_cache_usd), **style)
 
     for agent in spend.agents.values():
@@ -231,6 +255,13 @@ def spend_table(spend: RunSpend) -> Table:
             add(f"  iteration {n}", "", part)
     add("total", "", spend.total, style="bold")
     return fit_first(table, 1)
+
+
+def _tokens_short(tokens: int) -> str:
+    """At most five characters up to a billion tokens (12.0k, 674k, 96.3M, 123M): seven columns fit 80."""
+    if tokens < 1_000_000:
+        return kilo(tokens) if tokens else "0"
+    return f"{tokens / 1_000_000:.1f}M" if tokens < 100_000_000 else f"{tokens // 1_000_000}M"
 
 
 def gates_spend_note(spend: RunSpend) -> Text | None:
@@ -253,7 +284,7 @@ def spend_note(spend: RunSpend) -> Text | None:
     models = ", ".join(sorted({a.model for a in unpriced if a.model}
                               | {g.model.split("/", 1)[-1] for g in unpriced_gates if not g.simulated}))
     return Text(f"no price on file for {models}: add [prices.<model id>] (input, output, cache_write, cache_read "
-                "in $/MTok) to scenario.toml", style="yellow")
+                "in $/MTok; cache_write_1h too, else 2x input) to scenario.toml", style="yellow")
 
 
 def iterations_table(root: Path, record: RunRecord) -> Table:

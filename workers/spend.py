@@ -1,7 +1,9 @@
 """What a run spent, read from the disk: tokens by kind and their cost, per agent, iteration and compaction.
 
 Every step event carries the usage of its model call and every compaction event
-the usage of its summary call; the price is the pinned model's
+the usage of its summary call, with the API's compaction iterations when it compacted
+(billed, yet not in the usage's top-level counts: ``Tokens.calls``) and the cache writes
+split into 5-minute and 1-hour ones; the price is the pinned model's
 (``agents.pricing``, overridable in scenario.toml ``[prices.<model id>]``). Each
 call is priced on its own and the costs are added, never the summed tokens priced
 once: a model priced by prompt size (Haiku 5.5) bills each call at its own tier. With
@@ -10,7 +12,9 @@ the simulated model nothing is priced: its tokens are shown, its cost is none.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -20,6 +24,7 @@ from agents.events import (
     ErrorEvent,
     Event,
     OutputCutEvent,
+    PrewarmEvent,
     PromptTooLongEvent,
     StepEvent,
 )
@@ -45,6 +50,13 @@ class Spend(BaseModel):
         cost, uncached = tokens.cost(price, calls), tokens.uncached_cost(price, calls)
         saved = None if cost is None or uncached is None else uncached - cost
         return cls(tokens=tokens, cost_usd=cost, saved_by_cache_usd=saved)
+
+    @classmethod
+    def of_usage(cls, usage: Mapping[str, Any] | BaseModel | None, price: Price | None) -> Spend:
+        """One response's spend: its top-level counts and each compaction iteration the API ran inside it (not in
+        the top level, ``Tokens.calls``), each priced as the request it was, at its own prompt's tier."""
+        first, *compactions = Tokens.calls(usage)
+        return sum((cls.of(tokens, price) for tokens in compactions), cls.of(first, price))
 
     def __add__(self, other: Spend) -> Spend:
         return Spend(tokens=self.tokens + other.tokens, cost_usd=_plus(self.cost_usd, other.cost_usd),
@@ -144,8 +156,10 @@ def _inspect_tokens(usage: dict[str, int]) -> Tokens:
 
 
 def _dropped_reply(event: Event) -> bool:
-    """A reply that was paid for but not kept, so no step event counts it: cut and asked again,
-    refused, or stopped by the window."""
+    """A call that was paid for but kept no reply, so no step event counts it: cut and asked again,
+    refused, stopped by the window, or a cache pre-warm at a handoff (which samples nothing)."""
+    if isinstance(event, PrewarmEvent):
+        return True
     if isinstance(event, OutputCutEvent):
         return event.retry_max_tokens is not None  # a cut reply that was kept has its step event
     return isinstance(event, (ErrorEvent, PromptTooLongEvent)) and event.usage is not None
@@ -162,14 +176,14 @@ def _agent_spend(root: Path, role: str, model: str | None, overrides: dict[str, 
         if isinstance(event, StepEvent):
             iteration = iteration_of[event.step] = event.iteration
         if isinstance(event, StepEvent) or _dropped_reply(event):
-            call = Spend.of(Tokens.of(event.usage), price)  # type: ignore[union-attr]  # both carry a usage
+            call = Spend.of_usage(event.usage, price)  # type: ignore[union-attr]  # both carry a usage
             steps += call
             at = iteration_of.get(event.step, iteration)  # type: ignore[union-attr]
             by_iteration[at] = by_iteration.get(at, nothing) + call
     compactions, per_compaction = nothing, []
     for event in events:
         if isinstance(event, CompactionRecord):
-            call = Spend.of(Tokens.of(event.usage), price)
+            call = Spend.of_usage(event.usage, price)  # with the API's compaction iterations, if it ran one
             compactions += call
             iteration = iteration_of.get(event.after_step or 0)
             if iteration is not None:

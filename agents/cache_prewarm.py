@@ -1,0 +1,70 @@
+"""At a handoff, write the agent's prefix for an hour, so its next request reads it after the other agent's turn.
+
+An agent that hands off idles through the other agent's whole turn, often longer than the five minutes a cache
+entry lives: its next request would write its whole prefix again (1.25x) instead of reading it (0.05x on the 5.5
+models). The last request of its turn was sent before baton knew the turn would end (the reply called
+SubmitHandoff), so that request cannot have asked for an hour. Baton knows it now, and pre-warms (platform docs,
+"Prompt caching", "Pre-warming the cache"): one request of the context as it stands, every breakpoint for an hour,
+``max_tokens`` 0, which samples nothing. It reads what the last request wrote and writes the rest for an hour.
+
+It is sent when the idles measured after this agent's earlier handoffs (start to start; a prior of one in two
+before there are any) make it pay:
+
+    P(idle 5-60 minutes) x prefix x (write - read)  >  prefix x read + newest step x write_1h.
+
+It never fails the step: an error is a warning, and the next request just writes its prefix again.
+"""
+
+from __future__ import annotations
+
+from agents.agent import Agent
+from agents.conventions import ConventionsError
+from agents.disk import AgentDisk
+from agents.events import HandoffEvent, PrewarmEvent, WarningEvent
+from agents.models import ModelError
+from agents.step_request import request_for, step_starts
+from context.assembly import ContextOverflow
+from context.cache_ttl import FIVE_MINUTES_S, ONE_HOUR_S
+
+PRIOR, PRIOR_WEIGHT = 0.5, 2.0  # before any handoff was measured: as likely long as short
+
+
+def idles_after_handoffs(disk: AgentDisk) -> list[float]:
+    """Seconds from each earlier handoff step's request to this agent's next request."""
+    handoffs = {e.step for e in disk.events if isinstance(e, HandoffEvent)}
+    starts = step_starts(disk)
+    return [b - a for (step, a), (_, b) in zip(starts, starts[1:]) if step in handoffs and b >= a]
+
+
+def worth_it(idles: list[float], prefix: int, newest: int, read: float, write: float, write_1h: float) -> bool:
+    """Whether the expected rewrite the pre-warm saves repays what it costs (see the module docstring)."""
+    long = sum(1 for idle in idles if FIVE_MINUTES_S < idle <= ONE_HOUR_S)
+    p = (long + PRIOR * PRIOR_WEIGHT) / (len(idles) + PRIOR_WEIGHT)
+    return p * prefix * (write - read) > prefix * read + newest * write_1h
+
+
+def prewarm(disk: AgentDisk, agent: Agent, step: int) -> PrewarmEvent | None:
+    """Pre-warm ``agent``'s prefix after its handoff at ``step``, when it pays; the event, or None."""
+    if agent.model.label == "simulated":
+        return None  # the simulated model in-process has no cache (through `baton fake-api` it has)
+    try:
+        assembler = agent.assembler(disk, disk.history())
+        assembled = assembler.assemble(disk.compaction())
+    except (ConventionsError, ContextOverflow):
+        return None  # the next step meets the same problem and says so
+    rates = assembler.rates
+    scale = assembled.estimated_input / max(assembled.raw_tokens, 1)
+    newest = round(sum(m.tokens for m in assembled.messages[-2:]) * scale)
+    if not worth_it(idles_after_handoffs(disk), assembled.estimated_input, newest, rates.read, rates.write,
+                    rates.write_1h):
+        return None
+    request = request_for(agent, assembled, assembler.static, max_tokens=0, ttl="1h")  # samples nothing
+    try:
+        response = agent.model.create(request)
+    except ModelError as exc:
+        disk.event(WarningEvent(after_step=step, code="cache_prewarm", reason=(
+            f"the cache pre-warm after the handoff failed ({exc}); the next request writes its prefix again")))
+        return None
+    event = PrewarmEvent(step=step, usage=response.usage.model_dump(), cost_usd=agent.cost(response.usage))
+    disk.event(event)
+    return event
