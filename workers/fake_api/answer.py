@@ -45,6 +45,12 @@ def answer(model: SimulatedModel, checked: CheckedRequest, betas: list[str], cac
                     response.stop_reason, response.usage.output_tokens, cache, response.id)
 
 
+def prewarmed(checked: CheckedRequest, cache: CacheUse) -> dict[str, Any]:
+    """The answer to ``max_tokens: 0`` (prompt-caching page, "Pre-warming the cache"): ``stop_reason``
+    ``max_tokens``, empty ``content``, the cache write charged and no output."""
+    return _message(checked, [], "max_tokens", 0, cache)
+
+
 def _message(checked: CheckedRequest, content: list[dict[str, Any]], stop_reason: str | None, output_tokens: int,
              cache: CacheUse, message_id: str | None = None) -> dict[str, Any]:
     return {

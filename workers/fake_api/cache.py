@@ -10,13 +10,15 @@ ordering, per-model and per-workspace caches):
   are a **read**; the rest, up to the breakpoint, a **write**, and the prefix ending at
   the breakpoint is stored.
 - An entry lives for its TTL (5 minutes, or 1 hour for ``"ttl": "1h"``) after it was
-  last written or read.
+  last written or read. A write is priced by the TTL of the breakpoint that stores it
+  (``CacheUse.written_1h``, usage's ``cache_creation`` split).
 - Tokens after the last breakpoint are plain input.
 - What invalidates what follows the prompt-caching page's table: a change of the tools or the system
   prompt changes every later key (the hash runs on), and a change of ``tool_choice``, of the thinking
   mode or of ``output_config.effort`` (``settings``) changes the keys of the message blocks only.
 
-The clock is injectable (``clock``), so tests move time instead of sleeping.
+The clock is injectable (``clock``), so tests move time instead of sleeping; the server wraps it in a
+``clock.MovableClock`` that ``POST /clock`` moves forward, for tests that drive the double over HTTP.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from workers.fake_api.counting import Piece
+from workers.fake_api.counting import ONE_HOUR_S, Piece
 
 LOOKBACK_PIECES = 20
 
@@ -35,8 +37,18 @@ LOOKBACK_PIECES = 20
 @dataclass(frozen=True)
 class CacheUse:
     read: int = 0
-    written: int = 0
+    written: int = 0  # all writes; usage's cache_creation_input_tokens
     plain: int = 0
+    written_1h: int = 0  # the part of ``written`` stored under a 1-hour breakpoint (priced 2x, not 1.25x)
+
+    @property
+    def written_5m(self) -> int:
+        return self.written - self.written_1h
+
+    def cache_creation(self) -> dict[str, int]:
+        """usage.cache_creation: the writes by TTL ("the current ``cache_creation_input_tokens`` field equals
+        the sum of the values in the ``cache_creation`` object", prompt-caching page)."""
+        return {"ephemeral_5m_input_tokens": self.written_5m, "ephemeral_1h_input_tokens": self.written_1h}
 
 
 class PromptCache:
@@ -49,7 +61,7 @@ class PromptCache:
         """Split the request's input tokens into read, written and plain; remember the prefixes written.
         ``settings``: what the message blocks' cache depends on besides their content (see above)."""
         keys = _prefix_keys(pieces, settings)
-        read = written = 0
+        read = written = written_1h = 0
         cursor = 0  # pieces before it are accounted for
         with self._lock:
             now = self.clock()
@@ -63,11 +75,16 @@ class PromptCache:
                     read += sum(p.tokens for p in pieces[cursor:hit + 1])
                     self._expiry[keys[hit]] = (now + self._expiry[keys[hit]][1], self._expiry[keys[hit]][1])
                     cursor = hit + 1
-                written += sum(p.tokens for p in pieces[cursor:end + 1])
+                # What a breakpoint writes is priced at its own TTL: the docs' A/B/C positions (read up to A,
+                # 1h writes up to the last 1h breakpoint B, 5m writes after it) when 1h markers come first.
+                segment = sum(p.tokens for p in pieces[cursor:end + 1])
+                written += segment
+                written_1h += segment if piece.breakpoint_ttl_s >= ONE_HOUR_S else 0
                 if keys[end] not in self._expiry:
                     self._expiry[keys[end]] = (now + piece.breakpoint_ttl_s, piece.breakpoint_ttl_s)
                 cursor = end + 1
-        return CacheUse(read=read, written=written, plain=sum(p.tokens for p in pieces[cursor:]))
+        return CacheUse(read=read, written=written, plain=sum(p.tokens for p in pieces[cursor:]),
+                        written_1h=written_1h)
 
     def clear(self) -> None:
         with self._lock:

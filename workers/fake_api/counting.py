@@ -8,7 +8,9 @@ cache hashes) and whether it ends at a ``cache_control`` breakpoint.
 The count is Claude-like, not Claude's: the raw cl100k count (``context.tokens``)
 times ``CLAUDE_PER_CL100K`` (1.19, the estimator's prior: Claude's tokenizer counts
 about 19% more than cl100k on baton's traffic, see ``context/estimator.py``), plus
-``PER_BLOCK`` for each piece's framing and ``PER_MESSAGE`` for each message's.
+``PER_BLOCK`` for each piece's framing and ``PER_MESSAGE`` for each message's. A thinking block
+the double signed counts the thinking tokens its seal recorded (``seal.thinking_cost``): a kept block
+is billed as input at its full count, not at its visible text (empty under the default display).
 The same count answers ``count_tokens``, ``usage`` and the "prompt is too long" rule.
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 from context.messages import Message
 from context.prefix import without_cache_control
 from context.tokens import count_text
+from workers.fake_api.seal import thinking_cost
 
 CLAUDE_PER_CL100K = 1.19
 PER_BLOCK = 12
@@ -91,6 +94,8 @@ def pieces(tools: list[dict[str, Any]], system: str | list[dict[str, Any]] | Non
         raw_blocks = raw["content"] if isinstance(raw["content"], list) else [{"type": "text", "text": raw["content"]}]
         for k, (raw_block, block) in enumerate(zip(raw_blocks, message.content)):
             framing = PER_BLOCK + (PER_MESSAGE if k == 0 else 0)
-            out.append(Piece(_canonical(f"{message.role}#{n}", raw_block), claude_tokens(block.tokens) + framing,
+            thinking = thinking_cost(raw_block)  # a signed block is billed at what it cost, not at its text
+            tokens = claude_tokens(block.tokens) if thinking is None else thinking
+            out.append(Piece(_canonical(f"{message.role}#{n}", raw_block), tokens + framing,
                              _breakpoint(raw_block), in_messages=True))
     return out

@@ -12,10 +12,18 @@
   ``stop_reason: "model_context_window_exceeded"``;
 - ``api_error``: no reply but the API's error answer, with ``status`` (default 529),
   a ``retry-after`` header of ``retry_after_s`` seconds and an ``x-should-retry``
-  header of ``should_retry`` when given: the headers AgentBreak cannot send.
+  header of ``should_retry`` when given: the headers AgentBreak cannot send;
+- ``compaction_empty``: a compaction request (``compaction``) whose summarisation call produced no
+  summary: a 200 with empty ``content`` and ``stop_reason`` (default ``end_turn``; any of the
+  docs' table: ``max_tokens``, ``model_context_window_exceeded``, ``tool_use``, ``refusal``),
+  still billed in ``usage.iterations``;
+- ``compaction_refused``: a compaction request answered with the 400 of a model that does not
+  support on-demand compaction.
 
 A fault applies to a request whose raw JSON body contains ``match`` (any request when
-it is omitted); each one serves ``count`` requests, in the order they were queued.
+it is omitted); each one serves ``count`` requests, in the order they were queued. The two
+compaction faults wait for a compaction request and the model faults for a message request;
+``hang`` and ``api_error`` serve either.
 Transport faults (stalls, malformed bodies, error schedules) are AgentBreak's (docs/fake-api.md); an
 ``api_error`` is here only for the headers AgentBreak does not send. The steady wait of a real model is ``latency``.
 """
@@ -30,8 +38,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workers.fake_api.rules import ApiError
 
-FaultKind = Literal["max_tokens_cut", "refusal", "hang", "context_window_exceeded", "api_error"]
+FaultKind = Literal["max_tokens_cut", "refusal", "hang", "context_window_exceeded", "api_error",
+                    "compaction_empty", "compaction_refused"]
 FAULT_KINDS: tuple[str, ...] = FaultKind.__args__  # type: ignore[attr-defined]
+COMPACTION_FAULTS = ("compaction_empty", "compaction_refused")
+EITHER_REQUEST = ("hang", "api_error")  # the rest belong to a message request or to a compaction request
+# The stop reasons of a summarisation call that produced no summary (the on-demand compaction page's table).
+EmptyStop = Literal["end_turn", "max_tokens", "model_context_window_exceeded", "tool_use", "refusal"]
 
 
 class FaultOrder(BaseModel):
@@ -43,13 +56,20 @@ class FaultOrder(BaseModel):
     status: int | None = Field(None, ge=400, le=599)  # api_error only, as the three below
     retry_after_s: int | None = Field(None, ge=0, le=86_400)  # whole seconds, as the API sends them
     should_retry: bool | None = None
+    stop_reason: EmptyStop | None = None  # compaction_empty only; None: end_turn
 
     @model_validator(mode="after")
     def _error_fields_for_errors(self) -> FaultOrder:
         given = [name for name in ("status", "retry_after_s", "should_retry") if getattr(self, name) is not None]
         if given and self.fault != "api_error":
             raise ValueError(f"{', '.join(given)}: only for the api_error fault")
+        if self.stop_reason is not None and self.fault != "compaction_empty":
+            raise ValueError("stop_reason: only for the compaction_empty fault")
         return self
+
+    def serves(self, compaction: bool) -> bool:
+        """Whether this order applies to a compaction request (``compaction``) or to a message request."""
+        return self.fault in EITHER_REQUEST or (self.fault in COMPACTION_FAULTS) == compaction
 
     def error(self) -> FaultError:
         """The error answer of an ``api_error`` fault, headers included."""
@@ -85,11 +105,12 @@ class FaultQueue:
         with self._lock:
             self._pending.append((order, order.count))
 
-    def take(self, request_text: str) -> FaultOrder | None:
-        """The first order matching this request, counted as served once."""
+    def take(self, request_text: str, compaction: bool = False) -> FaultOrder | None:
+        """The first order matching this request (a compaction request when ``compaction``), counted as
+        served once."""
         with self._lock:
             for i, (order, left) in enumerate(self._pending):
-                if order.match is None or order.match in request_text:
+                if order.serves(compaction) and (order.match is None or order.match in request_text):
                     if left > 1:
                         self._pending[i] = (order, left - 1)
                     else:

@@ -8,6 +8,11 @@
 | ``GET /v1/models``, ``GET /v1/models/{id}`` | the catalogue (``catalogue``) |
 | ``POST /faults``, ``GET /faults``, ``DELETE /faults`` | queue, list, clear model faults |
 | ``GET /stats`` | counts (``stats``) |
+| ``POST /clock``, ``GET /clock`` | move the cache's clock forward, read it (``clock``) |
+
+A message request with ``compaction`` is a compaction request (``compaction``); a compaction block sent
+back is checked and adopted first (``compaction_block``); ``context_management`` edits what the model
+reads, bills and caches after the prefix check (``editing``).
 
 ``/v1/`` routes need a key and ``anthropic-version``. The key is an ``x-api-key`` header
 or, as SDK 2.x sends it, ``Authorization: Bearer <key>``; any value will do (the double
@@ -28,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -36,15 +41,20 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import ValidationError
 
 from agents.simulated import SUMMARY_ASK, SimulatedModel
-from workers.fake_api.answer import answer
+from workers.fake_api import compaction, editing
+from workers.fake_api.answer import answer, prewarmed
 from workers.fake_api.cache import PromptCache
 from workers.fake_api.catalogue import Catalogue, CatalogueError
+from workers.fake_api.clock import ClockMove, MovableClock
+from workers.fake_api.compaction_block import adopt, as_read
 from workers.fake_api.faults import FaultError, FaultOrder, FaultQueue, apply
 from workers.fake_api.latency import Latency
-from workers.fake_api.rules import ApiError, check, invalid
+from workers.fake_api.rules import ApiError, CheckedRequest, check, invalid
 from workers.fake_api.stats import Stats
 from workers.fake_api.thinking import (
     BINDING_BETA,
+    Checked,
+    Start,
     cache_settings,
     check_parameters,
     preserves_thinking,
@@ -77,6 +87,12 @@ class FakeApi:
     latency: Latency = field(default_factory=Latency)  # none by default
     sleep: Callable[[float], None] = time.sleep
     serial: itertools.count = field(default_factory=itertools.count, repr=False)  # replies signed so far
+    clock: MovableClock = field(init=False, repr=False)  # the cache's clock, which POST /clock moves
+
+    def __post_init__(self) -> None:
+        # Wrap the cache's own clock (a test may have given it one): /clock moves time on from there.
+        self.clock = MovableClock(self.cache.clock)
+        self.cache.clock = self.clock
 
     def handle(self, method: str, url: str, headers: dict[str, str], body: bytes) -> Reply:
         parts = urlsplit(url)
@@ -100,14 +116,7 @@ class FakeApi:
         if (method, path) == ("POST", "/v1/messages"):
             return self.messages(body, headers)
         if (method, path) == ("POST", "/v1/messages/count_tokens"):
-            raw = _json(body)
-            checked = check(raw, self.catalogue, counting_only=True)
-            # count_tokens runs the same prefix check, with the same 400 (platform docs, "Token counting")
-            raw, bound = self._bind_thinking(raw, checked.model.id, _betas(headers), count=False)
-            if bound.dropped:  # the dropped blocks are not counted
-                checked = check(raw, self.catalogue, counting_only=True)
-            self.stats.model(checked.model.id)
-            return Reply(200, {"input_tokens": checked.input_tokens})
+            return self.count_tokens(body, headers)
         if (method, path) == ("GET", "/v1/models"):
             return Reply(200, self.models_page(query))
         if method == "GET" and path.startswith("/v1/models/"):
@@ -119,29 +128,41 @@ class FakeApi:
             return self.fault_control(method, body)
         if (method, path) == ("GET", "/stats"):
             return Reply(200, self.stats.snapshot())
+        if path == "/clock" and method in ("GET", "POST"):
+            if method == "POST":
+                self.clock.advance(_valid(ClockMove, body).advance_s)
+            return Reply(200, self.clock.state())
         raise ApiError(404, "not_found_error", f"no route {method} {path} in the fake API")
 
     def messages(self, body: bytes, headers: dict[str, str]) -> Reply:
         raw = _json(body)
         betas = _betas(headers)
-        checked = check(raw, self.catalogue)
-        raw, bound = self._bind_thinking(raw, checked.model.id, betas)
+        compacting = compaction.requested(raw, betas)
+        raw, start = adopt(raw, betas)
+        edits = editing.requested(raw, betas)
+        checked = check(raw, self.catalogue, fits=edits is None)
+        raw, bound = self._bind_thinking(raw, checked.model.id, betas, start=start)
         if bound.dropped:  # the dropped blocks are neither read nor billed
-            checked = check(raw, self.catalogue)
+            checked = check(raw, self.catalogue, fits=edits is None)
         # baton's summary calls ask for <compact_summary>: /stats reports their cache use apart.
         purpose = "summary" if SUMMARY_ASK in json.dumps(raw["messages"][-1:]) else "step"
         self.stats.model(checked.model.id)
-        fault = self.faults.take(body.decode("utf-8", errors="replace"))
-        if fault is not None:
-            self.stats.fault(fault.fault)
-            if fault.fault == "hang":
-                self.sleep(self.hang_s if fault.hang_s is None else fault.hang_s)
-            if fault.fault == "api_error":
-                raise fault.error()
+        fault = self._fault(body, compacting is not None)
+        if compacting is not None:
+            return self._compact(compacting, checked, raw, bound, fault)
+        applied = None
+        if edits is not None:  # after the prefix check: the client sent its history unchanged
+            raw, applied = editing.apply(edits, raw, self._count, checked.model.id)
+            self.stats.editing_use(applied)
+            checked = check(raw, self.catalogue)  # what the model reads, is billed and cached
         self.stats.system(checked.system_messages)
         use = self.cache.account(checked.pieces, cache_settings(raw, checked.model.id))
-        message = answer(self.model, checked, betas, use)
-        if preserves_thinking(checked.model.id):
+        if checked.body.max_tokens == 0:  # a pre-warm: the prefix is written (and billed), nothing is sampled
+            message = prewarmed(checked, use)
+        else:
+            message = answer(self.model, _as_read(checked) if start else checked, betas, use)
+        message["usage"]["cache_creation"] = use.cache_creation()
+        if preserves_thinking(checked.model.id) and message["content"]:
             message["content"], thinking_tokens = sign_reply(
                 message["content"], bound, checked.model.id, raw.get("thinking") or {}, next(self.serial))
             message["usage"]["output_tokens"] += thinking_tokens  # thinking is billed as output
@@ -150,6 +171,8 @@ class FakeApi:
                                     redacted_produced=kinds.count("redacted_thinking"))
         if BINDING_BETA in betas:  # listed on every reply when the beta header is sent, empty when nothing changed
             message["input_transformations"] = bound.dropped
+        if applied is not None:  # on every reply that asked for editing, empty when no edit cleared anything
+            message["context_management"] = {"applied_edits": applied}
         max_tokens = checked.body.max_tokens or 0
         if fault is not None:
             message = apply(fault.fault, message, max_tokens)
@@ -159,18 +182,71 @@ class FakeApi:
         self.wait(checked.model.id, message["usage"]["output_tokens"])
         return Reply(200, message)
 
-    def _bind_thinking(self, raw: dict[str, Any], model_id: str, betas: list[str], count: bool = True):
+    def count_tokens(self, body: bytes, headers: dict[str, str]) -> Reply:
+        """The request's input tokens: a compaction block applied, ``compaction`` ignored ("accepts this
+        parameter and ignores it"), ``context_management`` applied with the count before it as well."""
+        raw, betas = _json(body), _betas(headers)
+        raw, start = adopt(raw, betas)
+        edits = editing.requested(raw, betas)
+        checked = check(raw, self.catalogue, counting_only=True)
+        # count_tokens runs the same prefix check, with the same 400 (platform docs, "Token counting")
+        raw, bound = self._bind_thinking(raw, checked.model.id, betas, count=False, start=start)
+        if bound.dropped:  # the dropped blocks are not counted
+            checked = check(raw, self.catalogue, counting_only=True)
+        self.stats.model(checked.model.id)
+        if edits is None:
+            return Reply(200, {"input_tokens": checked.input_tokens})
+        edited, _ = editing.apply(edits, raw, self._count, checked.model.id)
+        return Reply(200, {"input_tokens": self._count(edited),
+                           "context_management": {"original_input_tokens": checked.input_tokens}})
+
+    def _count(self, raw: dict[str, Any]) -> int:
+        return check(raw, self.catalogue, counting_only=True).input_tokens
+
+    def _fault(self, body: bytes, compacting: bool) -> FaultOrder | None:
+        """The fault queued for this request, if any; a hang waits here and an api_error is raised here."""
+        fault = self.faults.take(body.decode("utf-8", errors="replace"), compaction=compacting)
+        if fault is None:
+            return None
+        self.stats.fault(fault.fault)
+        if fault.fault == "hang":
+            self.sleep(self.hang_s if fault.hang_s is None else fault.hang_s)
+        if fault.fault == "api_error":
+            raise fault.error()
+        return fault
+
+    def _compact(self, config: compaction.CompactionConfig, checked: CheckedRequest, raw: dict[str, Any],
+                 bound: Checked, fault: FaultOrder | None) -> Reply:
+        self.stats.compaction_use(requests=1)
+        if fault is not None and fault.fault == "compaction_refused":
+            raise compaction.unsupported(checked.model.id)
+        empty = (fault.stop_reason or "end_turn") if fault is not None and fault.fault == "compaction_empty" else None
+        done = compaction.compact(config, checked, raw, bound, self.model, self.cache,
+                                  cache_settings(raw, checked.model.id), next(self.serial), empty)
+        self.stats.compaction_use(blocks=int(done.produced), empty=int(not done.produced))
+        self.stats.usage(done.use, done.output_tokens, done.message["stop_reason"], "compaction")
+        self.wait(checked.model.id, done.output_tokens)
+        return Reply(200, done.message)
+
+    def _bind_thinking(self, raw: dict[str, Any], model_id: str, betas: list[str], count: bool = True,
+                       start: Start | None = None):
         """The thinking parameter checked, and the prefix check run on every thinking block sent back: the
-        request as the model will read it (dropped blocks removed) and what was kept and dropped."""
+        request as the model will read it (dropped blocks removed) and what was kept and dropped. ``start``:
+        where the check starts when a compaction block stands first."""
         check_parameters(raw, model_id, betas)
         try:
-            bound = check_thinking(raw, model_id, betas)
+            bound = check_thinking(raw, model_id, betas, start)
         except ApiError:
             self.stats.thinking_use(refused=1)
+            if count and start is not None:
+                self.stats.compaction_use(blocks_sent_back=1, thinking_refused=1)
             raise
         if count:
             self.stats.thinking_use(sent_back=bound.sent, redacted_sent_back=bound.redacted_sent, valid=bound.kept,
                                     dropped=len(bound.dropped))
+            if start is not None:  # all thinking after a block is in kept turns or was produced since
+                self.stats.compaction_use(blocks_sent_back=1, thinking_sent=bound.sent, thinking_valid=bound.kept,
+                                          thinking_dropped=len(bound.dropped))
         return ({**raw, "messages": bound.messages} if bound.dropped else raw), bound
 
     def wait(self, model_id: str, output_tokens: int) -> None:
@@ -205,16 +281,25 @@ class FakeApi:
 
     def fault_control(self, method: str, body: bytes) -> Reply:
         if method == "POST":
-            try:
-                order = FaultOrder.model_validate(_json(body))
-            except ValidationError as err:
-                first = err.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "body"
-                raise invalid(f"{where}: {first['msg']}") from None
-            self.faults.add(order)
+            self.faults.add(_valid(FaultOrder, body))
         elif method == "DELETE":
             self.faults.clear()
         return Reply(200, {"pending": self.faults.pending()})
+
+
+def _as_read(checked: CheckedRequest) -> CheckedRequest:
+    """The request with its compaction block as the model reads it: the summary where the block stands."""
+    return replace(checked, body=checked.body.model_copy(update={"messages": as_read(checked.body.messages)}))
+
+
+def _valid(model: Any, body: bytes) -> Any:
+    """A control route's body as ``model`` (pydantic), or the API's 400 naming the field."""
+    try:
+        return model.model_validate(_json(body))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise invalid(f"{where}: {first['msg']}") from None
 
 
 def _betas(headers: dict[str, str]) -> list[str]:

@@ -1,5 +1,6 @@
-"""What ``GET /stats`` reports: requests per endpoint and per model, token totals, faults and errors served,
-and the delay injected (``latency``), so a benchmark can tell waiting from work."""
+"""What ``GET /stats`` reports: requests per endpoint and per model, token totals (cache writes split by TTL),
+faults and errors served, preserved thinking, compaction and context editing, and the delay injected
+(``latency``), so a benchmark can tell waiting from work."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ class Stats:
         # Preserved thinking: blocks produced (thinking, redacted), sent back, found valid, dropped (drop_block),
         # and requests refused by the prefix check (400)
         self.thinking: Counter[str] = Counter()
+        # On-demand compaction: requests, blocks produced, empty answers, blocks sent back, and the thinking
+        # sent back after a block (all of it is in kept turns or produced since): sent, valid, dropped, refused
+        self.compaction: Counter[str] = Counter()
+        self.editing: Counter[str] = Counter()  # context editing: requests, what the applied edits cleared
         self.system_messages = 0  # mid-conversation system messages in the message requests answered
 
     def request(self, endpoint: str) -> None:
@@ -43,8 +48,8 @@ class Stats:
 
     def usage(self, cache: CacheUse, output_tokens: int, stop_reason: str, purpose: str = "step") -> None:
         with self._lock:
-            counts = {"cache_read": cache.read, "cache_write": cache.written, "input": cache.plain,
-                      "output": output_tokens}
+            counts = {"cache_read": cache.read, "cache_write": cache.written, "cache_write_5m": cache.written_5m,
+                      "cache_write_1h": cache.written_1h, "input": cache.plain, "output": output_tokens}
             self.tokens.update(counts)
             self.by_purpose.setdefault(purpose, Counter()).update(counts | {"requests": 1})
             self.stop_reasons[stop_reason] += 1
@@ -56,6 +61,16 @@ class Stats:
     def thinking_use(self, **counts: int) -> None:
         with self._lock:
             self.thinking.update(counts)
+
+    def compaction_use(self, **counts: int) -> None:
+        with self._lock:
+            self.compaction.update(counts)
+
+    def editing_use(self, applied: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self.editing["requests"] += 1
+            for edit in applied:
+                self.editing.update({key: value for key, value in edit.items() if key != "type"})
 
     def fault(self, kind: str) -> None:
         with self._lock:
@@ -86,7 +101,8 @@ class Stats:
             return {
                 "requests": dict(self.requests),
                 "models": dict(self.models),
-                "tokens": {key: self.tokens[key] for key in ("cache_read", "cache_write", "input", "output")},
+                "tokens": {key: self.tokens[key] for key in
+                           ("cache_read", "cache_write", "cache_write_5m", "cache_write_1h", "input", "output")},
                 "by_purpose": {purpose: dict(counts) for purpose, counts in self.by_purpose.items()},
                 "stop_reasons": dict(self.stop_reasons),
                 "faults": dict(self.faults),
@@ -94,6 +110,12 @@ class Stats:
                 "thinking": {key: self.thinking[key] for key in
                              ("produced", "redacted_produced", "sent_back", "redacted_sent_back", "valid",
                               "dropped", "refused")},
+                "compaction": {key: self.compaction[key] for key in
+                               ("requests", "blocks", "empty", "blocks_sent_back", "thinking_sent",
+                                "thinking_valid", "thinking_dropped", "thinking_refused")},
+                "context_editing": {key: self.editing[key] for key in
+                                    ("requests", "cleared_tool_uses", "cleared_thinking_turns",
+                                     "cleared_input_tokens")},
                 "system_messages": self.system_messages,
                 "delay": self._delay_snapshot(),
             }

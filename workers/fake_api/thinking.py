@@ -19,26 +19,29 @@ types), for the models that run the prefix check (here: the 5.5 models):
   2026-08-31, where the check is enforced), or, with ``thinking.block_binding.prefix_mismatch_behavior:
   "drop_block"`` and the beta header, the block is dropped and listed in ``input_transformations``.
 
-Signatures are HMACs with a key of the double's own: they are opaque to baton, as the real ones are.
+- After an on-demand compaction the check starts at the compaction block (``Start``, made by
+  ``compaction_block.adopt``): the prefix the block's summarised messages ended at, so kept turns stay
+  valid exactly when the docs' conditions hold, and thinking produced after a block is bound to it (``b``).
+- Each seal records the thinking tokens its block cost (``n``): a kept block is billed as input at that
+  count (``counting``), not at its visible text.
+
+Signatures are HMACs with a key of the double's own (``seal``): they are opaque to baton, as the real ones are.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from context.prefix import without_cache_control
 from workers.fake_api.rules import invalid
+from workers.fake_api.seal import canonical, link, open_seal, seal
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 UPDATES_BETA = "thinking-display-updates-2026-08-18"
 SIGNED = ("thinking", "redacted_thinking")
 REDACTED_EVERY = 7  # about one reply in this many also carries a redacted_thinking block
-_KEY = b"baton fake-api thinking signatures"
+PER_SIGNED_BLOCK = 12  # thinking tokens every signed block costs, on top of the reply's reasoning
 MISMATCH = ("{path}: Invalid `signature` in `thinking` block. The block is bound to a different conversation. "
             "Remove the block, or set `thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\".")
 NEEDS_BETA = f" That setting requires the `{BINDING_BETA}` value in the `anthropic-beta` header."
@@ -50,30 +53,19 @@ def preserves_thinking(model_id: str) -> bool:
     return "-5-5" in model_id
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(without_cache_control(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+def system_tools_digest(body: dict[str, Any]) -> str:
+    """Where every prefix starts: the top-level ``system`` and ``tools``."""
+    return link("", canonical({"system": body.get("system"), "tools": body.get("tools") or []}))
 
 
-def _link(digest: str, part: str) -> str:
-    return hashlib.sha256(f"{digest}|{part}".encode()).hexdigest()
+@dataclass(frozen=True)
+class Start:
+    """Where the prefix check starts when a compaction block stands first (``compaction_blocks.adopt``): the
+    digest the block recorded (changed where the docs' conditions for kept thinking fail), and the blocks
+    thinking may be bound to: the one in place, then those it summarised, newest first."""
 
-
-def _mac(fields: dict[str, Any]) -> str:
-    return hmac.new(_KEY, _canonical(fields).encode(), hashlib.sha256).hexdigest()[:32]
-
-
-def _seal(fields: dict[str, Any]) -> str:
-    return base64.b64encode(_canonical({**fields, "mac": _mac(fields)}).encode()).decode()
-
-
-def _open(sealed: Any) -> dict[str, Any] | None:
-    """The fields of a signature (or redacted data) this double sealed, or None when it is not one."""
-    try:
-        fields = json.loads(base64.b64decode(str(sealed), validate=True))
-        mac = fields.pop("mac")
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
-    return fields if isinstance(fields, dict) and hmac.compare_digest(str(mac), _mac(fields)) else None
+    digest: str
+    binding: tuple[str, ...]
 
 
 @dataclass
@@ -82,6 +74,7 @@ class Checked:
 
     digest: str  # the content digest after the whole request (thinking aside)
     last_id: str | None  # the last thinking block kept: the reply's first block names it as its predecessor
+    binding: tuple[str, ...] = ()  # Start.binding: thinking produced now is bound to its first block
     sent: int = 0
     redacted_sent: int = 0
     kept: int = 0
@@ -89,32 +82,47 @@ class Checked:
     messages: list[dict[str, Any]] = field(default_factory=list)  # the messages with dropped blocks removed
 
 
-def check(body: dict[str, Any], model_id: str, betas: list[str]) -> Checked:
-    """Run the prefix check on every thinking block ``body`` sends back (raises the API's 400)."""
-    digest = _link("", _canonical({"system": body.get("system"), "tools": body.get("tools") or []}))
+def _is_compaction(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "compaction"
+
+
+def check(body: dict[str, Any], model_id: str, betas: list[str], start: Start | None = None) -> Checked:
+    """Run the prefix check on every thinking block ``body`` sends back (raises the API's 400).
+
+    With ``start`` (a compaction block first), the running digest starts where the block's summarised
+    messages ended; the block itself, and a message holding nothing else, are not part of the chain: the
+    summary stands for the messages it replaced ("Compaction and preserved thinking")."""
     thinking = body.get("thinking") if isinstance(body.get("thinking"), dict) else {}
     binding = (thinking.get("block_binding") or {}).get("prefix_mismatch_behavior")
     drop = binding == "drop_block" and BINDING_BETA in betas
-    out = Checked(digest, None)
+    out = Checked(start.digest if start else system_tools_digest(body), None, start.binding if start else ())
     for i, message in enumerate(body.get("messages") or []):
-        out.digest = _link(out.digest, "message:" + str(message.get("role")))
         content = message.get("content")
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        if blocks and all(_is_compaction(b) for b in blocks):
+            out.messages.append(message)
+            continue
+        out.digest = link(out.digest, "message:" + str(message.get("role")))
         kept_blocks = []
         for j, block in enumerate(blocks):
+            if _is_compaction(block):
+                kept_blocks.append(block)
+                continue
             if not (isinstance(block, dict) and block.get("type") in SIGNED):
-                out.digest = _link(out.digest, _canonical(block))
+                out.digest = link(out.digest, canonical(block))
                 kept_blocks.append(block)
                 continue
             out.sent += 1
             out.redacted_sent += block["type"] == "redacted_thinking"
             path = f"messages.{i}.content.{j}"
-            fields = _open(block.get("signature") if block["type"] == "thinking" else block.get("data"))
+            fields = open_seal(block.get("signature") if block["type"] == "thinking" else block.get("data"))
             if fields is None or (block["type"] == "thinking" and fields.get("t") != _text_hash(block)):
                 raise invalid(TAMPERED.format(path=path))
-            # Valid: the content before it is what it was signed under, and its predecessor is the thinking
-            # block kept before it, or none was kept (thinking may be dropped from the start).
-            if fields.get("p") == out.digest and (out.last_id is None or fields.get("pred") == out.last_id):
+            # Valid: the content before it is what it was signed under, its predecessor is the thinking block
+            # kept before it (or none was kept: thinking may be dropped from the start), and a block produced
+            # after a compaction block comes with that block or one that summarised it.
+            if fields.get("p") == out.digest and (out.last_id is None or fields.get("pred") == out.last_id) \
+                    and fields.get("b") in (None, *out.binding):
                 out.last_id, out.kept = fields.get("id"), out.kept + 1
                 kept_blocks.append(block)
                 continue
@@ -131,7 +139,10 @@ def _text_hash(block: dict[str, Any]) -> str:
 
 def sign_reply(content: list[dict[str, Any]], checked: Checked, model_id: str, thinking: dict[str, Any],
                serial: int) -> tuple[list[dict[str, Any]], int]:
-    """The reply's content with its signed thinking blocks in place, and how many thinking tokens they cost."""
+    """The reply's content with its signed thinking blocks in place, and how many thinking tokens they cost.
+
+    Each seal records what its block cost (``n``): sent back, the block is billed as input at that count
+    (``counting``), whatever its visible text."""
     kind = thinking.get("type", "adaptive")
     display = thinking.get("display") or "omitted"
     if kind == "between_tools":
@@ -144,21 +155,23 @@ def sign_reply(content: list[dict[str, Any]], checked: Checked, model_id: str, t
         text = "[simulated] thinking summary: deciding the next step" if display == "summarized" else ""
         extra = [{"type": "redacted_thinking"}] if serial % REDACTED_EVERY == REDACTED_EVERY - 1 else []
         content = [{"type": "thinking", "thinking": text}, *extra, *content]
-    digest, last_id, signed = _link(checked.digest, "message:assistant"), checked.last_id, []
+    reasoning = 0 if kind == "between_tools" else 40 + (serial % 5) * 20  # the up-front block carries it
+    digest, last_id, signed, total = link(checked.digest, "message:assistant"), checked.last_id, [], 0
+    bound_to = {"b": checked.binding[0]} if checked.binding else {}  # thinking after a block is bound to it
     for k, block in enumerate(content):
         if block.get("type") not in SIGNED:
-            digest = _link(digest, _canonical(block))
+            digest = link(digest, canonical(block))
             signed.append(block)
             continue
         block_id = hashlib.sha256(f"{digest}|{last_id}|{k}|{serial}".encode()).hexdigest()[:16]
-        fields = {"m": model_id, "p": digest, "pred": last_id, "id": block_id}
+        cost = PER_SIGNED_BLOCK + (reasoning if total == 0 else 0)
+        fields = {"m": model_id, "p": digest, "pred": last_id, "id": block_id, "n": cost, **bound_to}
         if block["type"] == "thinking":
-            signed.append({**block, "signature": _seal({**fields, "t": _text_hash(block)})})
+            signed.append({**block, "signature": seal({**fields, "t": _text_hash(block)})})
         else:
-            signed.append({"type": "redacted_thinking", "data": _seal(fields)})
-        last_id = block_id
-    thinking_tokens = 0 if kind == "between_tools" else 40 + (serial % 5) * 20
-    return signed, thinking_tokens + 12 * sum(1 for b in signed if b.get("type") in SIGNED)
+            signed.append({"type": "redacted_thinking", "data": seal(fields)})
+        last_id, total = block_id, total + cost
+    return signed, total
 
 
 def check_parameters(body: dict[str, Any], model_id: str, betas: list[str]) -> None:
@@ -198,7 +211,7 @@ def cache_settings(body: dict[str, Any], model_id: str) -> str:
     thinking = body.get("thinking") if isinstance(body.get("thinking"), dict) else {}
     effort = (body.get("output_config") or {}).get("effort") if isinstance(body.get("output_config"), dict) else None
     default_effort = "high" if "sonnet-5-5" in model_id else "medium"
-    return _canonical({
+    return canonical({
         "tool_choice": body.get("tool_choice") or {"type": "auto"},
         "thinking": thinking.get("type", "adaptive" if preserves_thinking(model_id) else "off"),
         "effort": effort or default_effort,
