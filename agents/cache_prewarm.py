@@ -7,8 +7,10 @@ SubmitHandoff), so that request cannot have asked for an hour. Baton knows it no
 "Prompt caching", "Pre-warming the cache"): one request of the context as it stands, every breakpoint for an hour,
 ``max_tokens`` 0, which samples nothing. It reads what the last request wrote and writes the rest for an hour.
 
-It is sent when the idles measured after this agent's earlier handoffs (start to start; a prior of one in two
-before there are any) make it pay:
+It is sent only when the next turn's first request will start with the same messages (baton's own
+compressor lays a new turn out anew once the context passes its start size: ``next_turn_extends``), and when
+the idles measured after this agent's earlier handoffs (start to start; a prior of one in two before there are
+any) make it pay:
 
     P(idle 5-60 minutes) x prefix x (write - read)  >  prefix x read + newest step x write_1h.
 
@@ -23,10 +25,12 @@ from agents.disk import AgentDisk
 from agents.events import HandoffEvent, PrewarmEvent, WarningEvent
 from agents.models import ModelError
 from agents.step_request import request_for, step_starts
-from context.assembly import ContextOverflow
+from context.assembly import Assembled, ContextOverflow
 from context.cache_ttl import FIVE_MINUTES_S, ONE_HOUR_S
+from context.messages import Message, TextBlock
 
 PRIOR, PRIOR_WEIGHT = 0.5, 2.0  # before any handoff was measured: as likely long as short
+NEXT_OPENING = "[baton] the next turn's opening"  # a stand-in: only where the prefix ends matters
 
 
 def idles_after_handoffs(disk: AgentDisk) -> list[float]:
@@ -34,6 +38,19 @@ def idles_after_handoffs(disk: AgentDisk) -> list[float]:
     handoffs = {e.step for e in disk.events if isinstance(e, HandoffEvent)}
     starts = step_starts(disk)
     return [b - a for (step, a), (_, b) in zip(starts, starts[1:]) if step in handoffs and b >= a]
+
+
+def next_turn_extends(agent: Agent, disk: AgentDisk, assembled: Assembled) -> bool:
+    """Whether the next turn's first request will start with this request's messages (all but the last, which
+    the next opening merges into). It may not: baton's own compressor cuts an earlier round to its ends once
+    the context passes the start size, so a new turn lays out everything after the system prompt anew, and an
+    entry of an hour would only be paid for."""
+    history = disk.history()
+    history.append(Message(role="user", content=[TextBlock(text=NEXT_OPENING)]))
+    following = agent.assembler(disk, history).assemble(disk.compaction())
+    n = len(assembled.messages) - 1
+    ends, later = assembled.chain.ends if assembled.chain else [], following.chain.ends if following.chain else []
+    return n <= 0 or (len(later) >= n and later[n - 1] == ends[n - 1])
 
 
 def worth_it(idles: list[float], prefix: int, newest: int, read: float, write: float, write_1h: float) -> bool:
@@ -50,6 +67,8 @@ def prewarm(disk: AgentDisk, agent: Agent, step: int) -> PrewarmEvent | None:
     try:
         assembler = agent.assembler(disk, disk.history())
         assembled = assembler.assemble(disk.compaction())
+        if not next_turn_extends(agent, disk, assembled):
+            return None  # the next turn's first request lays its prefix out anew: nothing would read the entry
     except (ConventionsError, ContextOverflow):
         return None  # the next step meets the same problem and says so
     rates = assembler.rates

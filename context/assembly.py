@@ -418,7 +418,8 @@ class Assembler:
             self.compressor.request_fields(self, assembled)
         # A request that carries the API's compaction block needs its beta header, whichever compactor runs now.
         assembled.betas = sorted({*self.compressor.betas(), *([COMPACT_BETA] if event and event.block else [])})
-        assembled.plan = f"{event.id if event else 0}:{base}:{len(starts)}:{starts[-1]}:{n_batches}:{managed}"
+        # An emergency trim changes the view on purpose too (the oldest verbatim steps compressed to fit).
+        assembled.plan = f"{event.id if event else 0}:{base}:{len(starts)}:{starts[-1]}:{n_batches}:{managed}:{n_trim}"
         return assembled
 
     def _step(self, s: int, cap_until: int, compress: bool = False, hard_cap: bool = False) -> list[Message]:

@@ -5,10 +5,11 @@ ordering, per-model and per-workspace caches):
 
 - The cacheable prefix ends at each ``cache_control`` breakpoint (``counting.Piece``);
   its key is the hash of the canonical JSON of every piece up to and including it.
-- At a breakpoint the cache looks back up to ``LOOKBACK_PIECES`` pieces for the longest
-  prefix it holds, as the API looks back up to 20 blocks. The pieces up to that prefix
-  are a **read**; the rest, up to the breakpoint, a **write**, and the prefix ending at
-  the breakpoint is stored.
+- At each breakpoint the cache looks back up to ``LOOKBACK_PIECES`` pieces for a prefix it
+  holds, as the API looks back up to 20 blocks. Everything up to the highest prefix found
+  by any breakpoint is a **read**; the rest, up to the last breakpoint, a **write** (see
+  ``account`` for the 1-hour/5-minute positions), and the prefixes ending at the
+  breakpoints after the read are stored.
 - An entry lives for its TTL (5 minutes, or 1 hour for ``"ttl": "1h"``) after it was
   last written or read. A write is priced by the TTL of the breakpoint that stores it
   (``CacheUse.written_1h``, usage's ``cache_creation`` split).
@@ -59,32 +60,32 @@ class PromptCache:
 
     def account(self, pieces: Sequence[Piece], settings: str = "") -> CacheUse:
         """Split the request's input tokens into read, written and plain; remember the prefixes written.
-        ``settings``: what the message blocks' cache depends on besides their content (see above)."""
+        ``settings``: what the message blocks' cache depends on besides their content (see above).
+
+        The prompt-caching page's billing positions: A, the highest cache hit any breakpoint finds (looking back
+        up to ``LOOKBACK_PIECES`` from itself): everything up to it is read, whatever earlier breakpoints found;
+        B, the last 1-hour breakpoint after A: 1-hour writes up to it; C, the last breakpoint: 5-minute writes
+        up to it; plain input after C. Each breakpoint after A stores the prefix ending at it."""
         keys = _prefix_keys(pieces, settings)
-        read = written = written_1h = 0
-        cursor = 0  # pieces before it are accounted for
+        marks = [i for i, p in enumerate(pieces) if p.breakpoint_ttl_s is not None]
+        tokens = [p.tokens for p in pieces]
         with self._lock:
             now = self.clock()
             self._expiry = {k: v for k, v in self._expiry.items() if v[0] > now}
-            for end, piece in enumerate(pieces):
-                if piece.breakpoint_ttl_s is None:
-                    continue
-                hit = next((j for j in range(end, max(cursor, end - LOOKBACK_PIECES) - 1, -1)
-                            if keys[j] in self._expiry), None)
-                if hit is not None:
-                    read += sum(p.tokens for p in pieces[cursor:hit + 1])
-                    self._expiry[keys[hit]] = (now + self._expiry[keys[hit]][1], self._expiry[keys[hit]][1])
-                    cursor = hit + 1
-                # What a breakpoint writes is priced at its own TTL: the docs' A/B/C positions (read up to A,
-                # 1h writes up to the last 1h breakpoint B, 5m writes after it) when 1h markers come first.
-                segment = sum(p.tokens for p in pieces[cursor:end + 1])
-                written += segment
-                written_1h += segment if piece.breakpoint_ttl_s >= ONE_HOUR_S else 0
+            hits = [next((j for j in range(end, max(-1, end - LOOKBACK_PIECES - 1), -1) if keys[j] in self._expiry),
+                         None) for end in marks]
+            a = max((h for h in hits if h is not None), default=-1)
+            if a >= 0:
+                ttl = self._expiry[keys[a]][1]
+                self._expiry[keys[a]] = (now + ttl, ttl)  # a read refreshes the entry for its own lifetime
+            later = [end for end in marks if end > a]
+            b = max((end for end in later if pieces[end].breakpoint_ttl_s >= ONE_HOUR_S), default=a)
+            c = max(later, default=a)
+            for end in later:
                 if keys[end] not in self._expiry:
-                    self._expiry[keys[end]] = (now + piece.breakpoint_ttl_s, piece.breakpoint_ttl_s)
-                cursor = end + 1
-        return CacheUse(read=read, written=written, plain=sum(p.tokens for p in pieces[cursor:]),
-                        written_1h=written_1h)
+                    self._expiry[keys[end]] = (now + pieces[end].breakpoint_ttl_s, pieces[end].breakpoint_ttl_s)
+        read, written_1h, written = sum(tokens[:a + 1]), sum(tokens[a + 1:b + 1]), sum(tokens[a + 1:c + 1])
+        return CacheUse(read=read, written=written, plain=sum(tokens[c + 1:]), written_1h=written_1h)
 
     def clear(self) -> None:
         with self._lock:
