@@ -123,10 +123,13 @@ def _summary_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float]
         # breakpoints, so it reads their cache: a change of tool_choice or of the thinking parameters would
         # invalidate every cached message block (the prompt-caching page's table).
         body = summary.to_request(static, model=config.model.name, max_tokens=config.model.summary_max_tokens)
+        fields = thinking_fields(config.model)
+        if any(isinstance(b, CompactionBlock) for m in summary.messages for b in m.content):
+            fields["betas"] = [*fields["betas"], COMPACT_BETA]  # the API's block of an earlier compaction leads
         request = ModelRequest(
             model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=body["messages"],
             system=body.get("system"), tools=body.get("tools", []), temperature=config.model.summary_temperature,
-            timeout_s=left, deadline_s=left, purpose="summary", **thinking_fields(config.model),
+            timeout_s=left, deadline_s=left, purpose="summary", **fields,
         )
         with tracing.chat(request, agent.model.label) as traced:
             response = agent.model.create(request)

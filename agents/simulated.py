@@ -55,12 +55,13 @@ from typing import Any, Protocol
 from agents.models import ModelError, ModelRequest, ModelResponse
 from agents.tools.base import parse_envelope
 from context.estimator import TokenEstimator
-from context.messages import Message, TextBlock, ToolUseBlock, Usage, parse_message
+from context.messages import CompactionBlock, Message, TextBlock, ToolUseBlock, Usage, parse_message
 from context.tokens import count_text
 from scenarios.script_files import import_script
 
 LABEL = "simulated"
 STATE_TAG = re.compile(r"<sim_state>(.*?)</sim_state>", re.DOTALL)
+PINNED = re.compile(r"<round_opening>.*?</round_opening>", re.DOTALL)  # context.assembly.PINNED_OPENING
 ITERATION = re.compile(r"^Iteration: (\d+)", re.MULTILINE)
 SCENARIO = re.compile(r"^Scenario: (\S+)", re.MULTILINE)
 COPY_OF = re.compile(r"^Scenario: \S+ \(a copy of the example (\S+)\)$", re.MULTILINE)
@@ -210,10 +211,14 @@ class Conversation:
                     return i, json.loads(found.group(1))
         return None
 
-    def last_opening(self) -> tuple[int, str] | None:
+    def last_opening(self, pinned: bool = False) -> tuple[int, str] | None:
+        """The latest user message that opens a round ("Iteration: n"). An opening baton pinned after a compaction
+        (inside <round_opening>) counts only with ``pinned``: after the API's compaction the pin is appended to the
+        last message, after the steps it opened, and is no new round."""
         for i in range(len(self.messages) - 1, -1, -1):
             msg = self.messages[i]
-            if msg.role == "user" and ITERATION.search(msg.text):
+            text = msg.text if pinned else PINNED.sub("", msg.text)
+            if msg.role == "user" and ITERATION.search(text):
                 return i, msg.text
         return None
 
@@ -224,7 +229,7 @@ class Conversation:
         quoted = self.quoted_brief()
         if quoted is not None:
             return script_for_brief(quoted, "the brief.md this request quotes")
-        named = [found for msg in self.messages if msg.role == "user" for found in SCENARIO.findall(msg.text)]
+        named = [found for msg in self.messages for found in SCENARIO.findall(_said_by_user_or_summary(msg))]
         copied = [found for msg in self.messages if msg.role == "user" for found in COPY_OF.findall(msg.text)]
         if copied and copied[-1] in known_scripts():
             return copied[-1]  # an unedited copy (agents.openings.scenario_line): its brief is the example's
@@ -272,16 +277,27 @@ class Conversation:
         return list(paths)
 
     def previous_summary(self) -> dict[str, Any]:
+        """The summary the conversation starts from: baton's own (assistant text) or the API's compaction block."""
         for msg in self.messages:
             if msg.role != "assistant":
                 continue
-            found = re.search(r"<compact_summary>(.*?)</compact_summary>", msg.text, re.DOTALL)
+            said = "\n".join([msg.text, *(b.content or "" for b in msg.content if isinstance(b, CompactionBlock))])
+            found = re.search(r"<compact_summary>(.*?)</compact_summary>", said, re.DOTALL)
             if found:
                 try:
                     return json.loads(found.group(1))
                 except ValueError:
                     return {}
         return {}
+
+
+def _said_by_user_or_summary(msg: Message) -> str:
+    """A user message's text, or a summary: the API's compaction block (the double reads it as the assistant's
+    text, where the API puts the summary) or baton's own."""
+    if msg.role == "user":
+        return msg.text
+    blocks = "\n".join(b.content or "" for b in msg.content if isinstance(b, CompactionBlock))
+    return blocks + ("\n" + msg.text if SUMMARY_ASK in msg.text else "")
 
 
 def _strip_cache(content: Any) -> Any:
@@ -313,15 +329,17 @@ class SimulatedModel:
         """``script``: the one to play, from the scenario's brief (``script_for_brief``); None: chosen per
         request from what the request shows of the brief (``Conversation.script_name``)."""
         self.script = load_script(script) if script is not None else None
+        self.script_name = script
         self.requests: list[str] = []  # fingerprints of every request, for tests
 
     def create(self, request: ModelRequest) -> ModelResponse:
         fingerprint = request.fingerprint()  # once: it serialises the whole request
         self.requests.append(fingerprint)
         convo = Conversation.of(request)
-        script = self.script or load_script(convo.script_name())
+        name = self.script_name or convo.script_name()
+        script = self.script or load_script(name)
         if request.purpose == "summary" or convo.wants_summary():
-            blocks: list[Any] = [TextBlock(text=_summary(script, convo))]
+            blocks: list[Any] = [TextBlock(text=_summary(script, convo, name))]
             stop = "end_turn"
         else:
             blocks = Planner(script, convo).reply()
@@ -337,12 +355,14 @@ def _usage(request: ModelRequest, messages: list[Message], blocks: list[Any]) ->
     return Usage(input_tokens=input_tokens, output_tokens=sum(b.tokens for b in blocks))
 
 
-def _summary(script: SimulationScript, convo: Conversation) -> str:
+def _summary(script: SimulationScript, convo: Conversation, name: str) -> str:
+    """The script's summary; its prose names the scenario, so a conversation that starts from it (the API's
+    compaction block, where no opening names it any more) still says which script plays it."""
     marker = convo.last_state()
     state = marker[1] if marker else {}
     body = json.dumps(script.summary(convo.role, state, convo.written_paths(), convo.previous_summary()),
                       sort_keys=True)
-    return f"[simulated] Summary of the work so far.\n<compact_summary>{body}</compact_summary>"
+    return f"[simulated] Summary of the work so far.\nScenario: {name}\n<compact_summary>{body}</compact_summary>"
 
 
 # ---- the plan -------------------------------------------------------------------------------
@@ -356,6 +376,8 @@ class Planner:
         self.convo = convo
         opening = convo.last_opening()
         marker = convo.last_state()
+        if marker is None and opening is None:
+            opening = convo.last_opening(pinned=True)  # the round's own opening was compacted away
         if marker is None or (opening is not None and opening[0] > marker[0]):
             if opening is None:
                 raise SimulationError("the simulated model found no opening message ('Iteration: n') to start from")

@@ -83,10 +83,12 @@ def plan(assembler: Assembler, assembled: Assembled, keep: int) -> tuple[Message
         raise Unplannable(f"the request's {assembled.trimmed_steps} newest step(s) were trimmed to fit the window")
     if n_tail <= 0 or n_tail >= len(assembled.messages):
         raise Unplannable("nothing to summarise before the kept steps")
+    # The kept steps go out as the last request sent them (thinking the chain left out stays left out): the
+    # request's tail must be those view messages, one for one.
     sent = assembled.messages[-n_tail:]
-    kept = [assembler.at(i) for i in range(keep, len(assembler.history.view))]
-    if [m.role for m in sent] != [m.role for m in kept] or any(
-            len(a.content) != len(b.content) for a, b in zip(sent, kept)):
+    kept = [assembler.history.view[i] for i in range(keep, len(assembler.history.view))]
+    if [m.role for m in sent] != [m.role for m in kept] or \
+            sum(1 for m in sent if m.tool_uses) != sum(1 for m in kept if m.tool_uses):
         raise Unplannable("the kept steps are not the tail of the request as it was sent")
     return tuple(assembled.messages[:-n_tail])
 

@@ -21,6 +21,7 @@ from agents.events import (
     CompactionRecord,
     ErrorEvent,
     OutputCutEvent,
+    PrewarmEvent,
     PromptTooLongEvent,
     StepEvent,
     WarningEvent,
@@ -95,6 +96,50 @@ class ThinkingTally:
 
 
 @dataclass
+class ContextTally:
+    """Which context strategies ran (issue 32): compactions by the API or by baton, requests that asked the server
+    for context editing and what it cleared, 1-hour breakpoints and pre-warms at handoffs."""
+
+    api_compactions: int = 0
+    own_compactions: int = 0
+    fell_back: list[str] = field(default_factory=list)  # why an API compaction was not used, by event
+    edited: int = 0  # requests that asked for context editing (compressor "api")
+    cleared: int = 0  # input tokens the server cleared from them
+    one_hour: int = 0
+    prewarms: int = 0
+
+    def add(self, event: Any) -> None:
+        if isinstance(event, StepEvent):
+            self.edited += event.cleared_input is not None
+            self.cleared += event.cleared_input or 0
+            self.one_hour += event.cache_ttl == "1h"
+        elif isinstance(event, CompactionRecord):
+            api = getattr(event, "strategy", "summary") == "api"
+            self.api_compactions += api
+            self.own_compactions += not api
+            if not api and event.error and "API's compaction was not used" in event.error:
+                self.fell_back.append(event.error)
+        elif isinstance(event, PrewarmEvent):
+            self.prewarms += 1
+
+    def line(self) -> str | None:
+        """The strategies that ran, in words; None when only baton's defaults did, with nothing to say."""
+        parts = []
+        if self.api_compactions or self.fell_back:
+            parts.append(f"compactor api: {self.api_compactions} compaction(s) by the API"
+                         + (f", {len(self.fell_back)} fell back to baton's own summary" if self.fell_back else ""))
+        elif self.own_compactions:
+            parts.append(f"compactor summary: {self.own_compactions} compaction(s) by baton's own summary")
+        if self.edited:
+            parts.append(f"compressor api: context editing asked on {self.edited} request(s), "
+                         f"{self.cleared:,} input tokens cleared by the server")
+        if self.one_hour or self.prewarms:
+            parts.append(f"cache: {self.one_hour} request(s) with 1-hour breakpoints, {self.prewarms} pre-warm(s) "
+                         "at a handoff")
+        return "context: " + "; ".join(parts) if parts else None
+
+
+@dataclass
 class AgentView:
     """What one agent's events.jsonl (and, in detail, its log and state) say."""
 
@@ -112,6 +157,7 @@ class AgentView:
     problems: list[str] = field(default_factory=list)
     breaker: str = "ok"
     thinking: ThinkingTally = field(default_factory=lambda: ThinkingTally())
+    context: ContextTally = field(default_factory=lambda: ContextTally())
 
     @property
     def fallbacks(self) -> int:
@@ -129,6 +175,7 @@ def read_agent(root: Path, role: str, detailed: bool = False) -> AgentView:
     disk = AgentDisk.load(root, role)  # type: ignore[arg-type]
     view = AgentView(role, problems=disk.problems)
     for event in disk.events:
+        view.context.add(event)
         if isinstance(event, StepEvent):
             view.steps += 1
             view.estimated, view.threshold = event.estimated_input, event.threshold

@@ -380,6 +380,8 @@ def status_report(root: Path) -> None:
     for view in snap.agents.values():
         if thinking := view.thinking.line():
             say(Text(f"{view.role} {thinking}"))
+        if context := view.context.line():
+            say(Text(f"{view.role} {context}"))
     for view in snap.agents.values():
         for kind, entries in (("error", view.errors), ("warning", view.warnings), ("log problem", view.problems)):
             for entry in entries:

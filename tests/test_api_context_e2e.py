@@ -1,0 +1,83 @@
+"""Issue 32's done-when, through the double: the example reaches done with the API's own context tools for both
+roles (``compactor = "api"``, then ``compressor = "api"``), with no prefix-check 400, no thinking block dropped by the
+API, the thinking in kept turns sent back valid after every compaction (the double's ``/stats``), and ``baton status``
+naming the strategy that ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scenarios.run import copy_scenario
+from tests.fake_api_support import KEY, stats
+from workers.fake_api.server import FakeApi, Running, start
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
+UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "BATON_PROFILE", "BATON_SCENARIOS_DIR", "ANTHROPIC_AUTH_TOKEN")
+
+pytestmark = pytest.mark.slow  # whole runs through the real SDK and the API double
+
+
+@pytest.fixture
+def double() -> Iterator[Running]:
+    running = start(FakeApi())
+    yield running
+    running.stop()
+
+
+def run_example(tmp_path: Path, double: Running, **settings: str) -> tuple[dict, dict[str, list[dict]], str]:
+    copy_scenario(EXAMPLE, tmp_path / "refund_desk")
+    env = {name: value for name, value in os.environ.items() if name not in UNSET}
+    env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=double.url, COLUMNS="120", **settings)
+    baton = [str(Path(sys.executable).parent / "baton"), "--scenarios-dir", str(tmp_path)]
+    done = subprocess.run([*baton, "run", "refund_desk", "--auto-approve", "--profile", "demo", "--embedded"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / "refund_desk" / "run.json").read_text())
+    assert (record["phase"], record["status"]) == ("done", "succeeded")
+    events = {role: [json.loads(line) for line in
+                     (tmp_path / "refund_desk" / "state" / role / "events.jsonl").read_text().splitlines()]
+              for role in ("init", "execute")}
+    status = subprocess.run([*baton, "status", "refund_desk"], env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    return stats(double.url), events, status.stdout
+
+
+def no_thinking_refused_or_dropped(seen: dict) -> None:
+    assert seen["errors"] == {}, seen["errors"]
+    thinking = seen["thinking"]
+    assert thinking["refused"] == 0 and thinking["dropped"] == 0, thinking
+    assert thinking["sent_back"] == thinking["valid"] > 0, thinking
+
+
+def test_the_api_writes_every_compaction_and_the_kept_thinking_stays_valid(tmp_path, double):
+    seen, events, status = run_example(tmp_path, double, BATON_INIT_COMPACTOR="api", BATON_EXECUTE_COMPACTOR="api")
+    no_thinking_refused_or_dropped(seen)
+    compaction = seen["compaction"]
+    assert compaction["requests"] == compaction["blocks"] > 0 and compaction["empty"] == 0, compaction
+    # After every compaction block, the thinking of the kept turns went back and the API found it valid.
+    assert compaction["thinking_sent"] == compaction["thinking_valid"] > 0, compaction
+    for role, log in events.items():
+        compactions = [e for e in log if e["kind"] == "compaction"]
+        assert compactions and all(e["strategy"] == "api" and e.get("block") for e in compactions), role
+        assert all(e["usage"]["iterations"][0]["type"] == "compaction" for e in compactions), role  # its cost
+        assert not any(e["kind"] == "warning" and e.get("code") == "thinking_dropped" for e in log), role
+        assert f"{role} context: compactor api: {len(compactions)} compaction(s) by the API" in status
+
+
+def test_the_server_edits_the_context_while_the_client_sends_its_history_unchanged(tmp_path, double):
+    seen, events, status = run_example(tmp_path, double, BATON_INIT_COMPRESSOR="api", BATON_EXECUTE_COMPRESSOR="api")
+    no_thinking_refused_or_dropped(seen)
+    assert seen["context_editing"]["requests"] > 0, seen["context_editing"]
+    for role, log in events.items():
+        steps = [e for e in log if e["kind"] == "step"]
+        assert all(e.get("cleared_input") is not None for e in steps), role  # every request asked for it
+        # Append-only: every break of the prefix is a compaction's (or an emergency trim's), none a compressed batch.
+        assert all(e.get("prefix_extends") or e.get("view_changed") for e in steps[1:]), role
+        assert f"{role} context: compactor summary" in status and "compressor api: context editing asked on" in status
