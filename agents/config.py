@@ -36,8 +36,11 @@ ROLE_DEFAULTS: dict[Role, dict[str, Any]] = {
 # effort (docs/agents.md, "Thinking and the prefix"): Init designs, in few calls whose quality decides
     # every iteration, so it thinks harder than Opus 5.5's own default (medium); Execute makes many
     # mechanical tool calls, so medium, below Sonnet 5.5's default (high): cheaper and faster per step.
+    # compactor (docs/context.md, "The API's own context tools"): the API's on-demand compaction keeps the thinking
+    # in Init's kept turns valid and cost Init's stand-in in the replay no more than baton's own summary (0.90x
+    # where it compacts); Execute keeps baton's own, the cheapest at the same recall on its stand-ins.
     "init": {"model": "opus", "window": 200_000, "threshold": 150_000, "keep_last_steps": 3, "queue": "init",
-             "effort": "high", "max_tokens": 32_000},
+             "effort": "high", "max_tokens": 32_000, "compactor": "api"},
     "execute": {"model": "sonnet", "window": 1_000_000, "threshold": 700_000, "keep_last_steps": 5,
                 "queue": "execute", "effort": "medium", "max_tokens": 32_000},
 }
