@@ -382,7 +382,7 @@ class Assembler:
         pinned = sum(b.tokens for b in head[-1].content[:-1]) if len(head) == 3 else 0  # all but the bridge
         pinned += sum(block.tokens for _, block in self._amend)
         # A compressor that leaves the shrinking to the server keeps the client's view unmanaged: append-only.
-        managed = self.compressor.client_side and \
+        managed = getattr(self.compressor, "client_side", True) and \
             sum(m.tokens for m in head) + self.history.tokens(base) >= pol.start_tokens
 
         # Segments: rounds since the compaction point; steps kept by a compaction
@@ -414,10 +414,12 @@ class Assembler:
                 f"over the window of {pol.window}, even with tool results trimmed; compact the context "
                 "or raise the window"
             )
-        assembled.request_fields = self.compactor.request_fields(event) | \
-            self.compressor.request_fields(self, assembled)
+        # A compressor of the first protocol (layers 4-5 only) asks nothing of the server.
+        asks = getattr(self.compressor, "request_fields", None)
+        assembled.request_fields = self.compactor.request_fields(event) | (asks(self, assembled) if asks else {})
         # A request that carries the API's compaction block needs its beta header, whichever compactor runs now.
-        assembled.betas = sorted({*self.compressor.betas(), *([COMPACT_BETA] if event and event.block else [])})
+        betas = getattr(self.compressor, "betas", list)()
+        assembled.betas = sorted({*betas, *([COMPACT_BETA] if event and event.block else [])})
         # An emergency trim changes the view on purpose too (the oldest verbatim steps compressed to fit).
         assembled.plan = f"{event.id if event else 0}:{base}:{len(starts)}:{starts[-1]}:{n_batches}:{managed}:{n_trim}"
         return assembled

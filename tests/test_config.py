@@ -27,6 +27,7 @@ SPEC_TABLE = {
         "keep_last_steps": 3,
         "queue": "init",
         "effort": "high",
+        "compactor": "api",  # the replay's choice for Init (docs/context.md, "The API's own context tools")
     },
     "execute": {
         "model": "sonnet",
@@ -35,6 +36,7 @@ SPEC_TABLE = {
         "keep_last_steps": 5,
         "queue": "execute",
         "effort": "medium",
+        "compactor": "summary",
     },
 }
 SHARED_DEFAULTS = {
@@ -46,7 +48,7 @@ SHARED_DEFAULTS = {
     "eval_memory_mb": 512, "max_steps_per_turn": 150, "temperature": None, "max_output_tokens": None,
     # the context engine's own settings, settable since the config has a context section
     "result_cap_chars": 40_000, "kept_cap_chars": 5_000, "read_lines": 10, "min_verbatim_steps": 2,
-    "compressor": "per_tool", "compactor": "summary", "opening_cap_chars": 10_000,
+    "compressor": "per_tool", "opening_cap_chars": 10_000,
     "todo_recap": True, "recap_every_steps": 8, "summary_cap_share": 0.15,
     # thinking (docs/agents.md, "Thinking and the prefix")
     "thinking": "adaptive", "thinking_display": "updates",

@@ -5,6 +5,8 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import ValidationError
 
+from context.api_compaction import ApiCompactor
+from context.api_editing import ApiEditingCompressor
 from context.assembly import Assembler
 from context.compaction import CircuitBreaker, SummaryCompactor, SummaryError, SummarySchema, parse_summary
 from context.messages import ToolResultBlock, ToolUseBlock
@@ -16,19 +18,21 @@ from tests.test_assembly import policy, run_log
 
 
 def test_unknown_compressor_is_refused_with_the_known_names():
-    with pytest.raises(ValidationError, match="unknown compressor 'clear'; the known compressors are: per_tool"):
+    with pytest.raises(ValidationError, match="unknown compressor 'clear'; the known compressors are: api, per_tool"):
         Policy(compressor="clear")
 
 
 def test_unknown_compactor_is_refused_with_the_known_names():
-    with pytest.raises(ValidationError, match="unknown compactor 'server'; the known compactors are: summary"):
+    with pytest.raises(ValidationError, match="unknown compactor 'server'; the known compactors are: api, summary"):
         Policy(compactor="server")
 
 
 def test_registry_names_load_their_classes():
     assert isinstance(instantiate("compressor", "per_tool", COMPRESSORS), PerToolCompressor)
     assert isinstance(instantiate("compactor", "summary", COMPACTORS), SummaryCompactor)
-    with pytest.raises(ValueError, match="known compactors are: summary"):
+    assert isinstance(instantiate("compressor", "api", COMPRESSORS), ApiEditingCompressor)
+    assert isinstance(instantiate("compactor", "api", COMPACTORS), ApiCompactor)
+    with pytest.raises(ValueError, match="known compactors are: api, summary"):
         check_name("compactor", "nope", COMPACTORS)
 
 

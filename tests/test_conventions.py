@@ -16,6 +16,7 @@ from agents.openings import init_opening
 from agents.prompts import prompt
 from agents.simulated import SimulatedModel
 from agents.step import run_step
+from context.prefix import without_cache_control
 from tests.agent_run import agents, copy_example
 from tests.export_support import baton
 
@@ -105,7 +106,9 @@ class Recording(SimulatedModel):
         self.systems: list[str] = []
 
     def create(self, request):  # noqa: ANN001, ANN201
-        self.systems.append(request.system if isinstance(request.system, str) else json.dumps(request.system))
+        # The prompt, not its cache marker (whose TTL a step may choose: context.cache_ttl).
+        self.systems.append(request.system if isinstance(request.system, str) else
+                            json.dumps(without_cache_control(request.system)))
         return super().create(request)
 
 
