@@ -8,7 +8,7 @@ SubmitHandoff), so that request cannot have asked for an hour. Baton knows it no
 ``max_tokens`` 0, which samples nothing. It reads what the last request wrote and writes the rest for an hour.
 
 It is sent only when the next turn's first request will start with the same messages (baton's own
-compressor lays a new turn out anew once the context passes its start size: ``next_turn_extends``), and when
+compressor lays a new turn out anew once the context passes its start size: ``next_turn``), and when
 the idles measured after this agent's earlier handoffs (start to start; a prior of one in two before there are
 any) make it pay:
 
@@ -19,12 +19,17 @@ It never fails the step: an error is a warning, and the next request just writes
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from agents.agent import Agent
 from agents.conventions import ConventionsError
 from agents.disk import AgentDisk
 from agents.events import HandoffEvent, PrewarmEvent, WarningEvent
-from agents.models import ModelError
+from agents.models import ModelError, ModelRequest
 from agents.step_request import request_for, step_starts
+from agents.thinking import thinking_fields
+from context.api_compaction import Unplannable, compaction_request
 from context.assembly import Assembled, ContextOverflow
 from context.cache_ttl import FIVE_MINUTES_S, ONE_HOUR_S
 from context.messages import Message, TextBlock
@@ -40,17 +45,24 @@ def idles_after_handoffs(disk: AgentDisk) -> list[float]:
     return [b - a for (step, a), (_, b) in zip(starts, starts[1:]) if step in handoffs and b >= a]
 
 
-def next_turn_extends(agent: Agent, disk: AgentDisk, assembled: Assembled) -> bool:
-    """Whether the next turn's first request will start with this request's messages (all but the last, which
-    the next opening merges into). It may not: baton's own compressor cuts an earlier round to its ends once
-    the context passes the start size, so a new turn lays out everything after the system prompt anew, and an
-    entry of an hour would only be paid for."""
-    history = disk.history()
+def next_turn(agent: Agent, disk: AgentDisk, assembled: Assembled) -> tuple[bool, bool]:
+    """(whether the next turn's first request will start with this request's messages, whether it will be a
+    compaction). The first may not hold: baton's own compressor cuts an earlier round to its ends once past the
+    start size, so a new turn lays out everything after the system prompt anew. The second is decided as the step
+    will decide it, with the next opening as large as this turn's was (its size is measured, its text unknown)."""
+    history, event = disk.history(), disk.compaction()
+    opening = history.latest_opening(len(history.view))
     history.append(Message(role="user", content=[TextBlock(text=NEXT_OPENING)]))
-    following = agent.assembler(disk, history).assemble(disk.compaction())
+    assembler = agent.assembler(disk, history)
+    following = assembler.assemble(event)
     n = len(assembled.messages) - 1
     ends, later = assembled.chain.ends if assembled.chain else [], following.chain.ends if following.chain else []
-    return n <= 0 or (len(later) >= n and later[n - 1] == ends[n - 1])
+    extends = n <= 0 or (len(later) >= n and later[n - 1] == ends[n - 1])
+    scale = following.estimated_input / max(following.raw_tokens, 1)
+    expected = following.estimated_input + (round(history.view[opening].tokens * scale) if opening is not None else 0)
+    compacts = disk.state.compaction_due is not None or \
+        assembler.should_compact(replace(following, estimated_input=expected), event)
+    return extends, compacts
 
 
 def worth_it(idles: list[float], prefix: int, newest: int, read: float, write: float, write_1h: float) -> bool:
@@ -61,23 +73,36 @@ def worth_it(idles: list[float], prefix: int, newest: int, read: float, write: f
 
 
 def prewarm(disk: AgentDisk, agent: Agent, step: int) -> PrewarmEvent | None:
-    """Pre-warm ``agent``'s prefix after its handoff at ``step``, when it pays; the event, or None."""
+    """Pre-warm ``agent``'s prefix after its handoff at ``step``, when it pays; the event, or None. When a
+    compaction is due, the next request is the compaction: with the API's, its prefix is what is warmed (baton's
+    own summary request reads what the steps cached, and nothing new of it could be written for an hour)."""
     if agent.model.label == "simulated":
         return None  # the simulated model in-process has no cache (through `baton fake-api` it has)
     try:
         assembler = agent.assembler(disk, disk.history())
         assembled = assembler.assemble(disk.compaction())
-        if not next_turn_extends(agent, disk, assembled):
+        extends, compacts = next_turn(agent, disk, assembled)
+        if compacts:
+            if agent.config.context.compactor != "api":
+                return None
+            asked, _, _ = compaction_request(assembler, disk.compaction(), "")
+            warmed = asked.messages
+            body = asked.to_request(assembler.static, model=agent.config.model.name, max_tokens=0, ttl="1h")
+            body.pop("compaction")  # the same messages and breakpoints; nothing is summarised yet
+            request = _request(agent, body, assembled.betas)
+        elif extends:
+            warmed = tuple(assembled.messages)
+            request = request_for(agent, assembled, assembler.static, max_tokens=0, ttl="1h")  # samples nothing
+        else:
             return None  # the next turn's first request lays its prefix out anew: nothing would read the entry
-    except (ConventionsError, ContextOverflow):
-        return None  # the next step meets the same problem and says so
+    except (ConventionsError, ContextOverflow, Unplannable):
+        return None  # the next step or compaction meets the same problem and says so
     rates = assembler.rates
     scale = assembled.estimated_input / max(assembled.raw_tokens, 1)
-    newest = round(sum(m.tokens for m in assembled.messages[-2:]) * scale)
-    if not worth_it(idles_after_handoffs(disk), assembled.estimated_input, newest, rates.read, rates.write,
-                    rates.write_1h):
+    prefix = round(sum(m.tokens for m in warmed) * scale) + assembler.static.tokens
+    newest = round(sum(m.tokens for m in warmed[-2:]) * scale)
+    if not worth_it(idles_after_handoffs(disk), prefix, newest, rates.read, rates.write, rates.write_1h):
         return None
-    request = request_for(agent, assembled, assembler.static, max_tokens=0, ttl="1h")  # samples nothing
     try:
         response = agent.model.create(request)
     except ModelError as exc:
@@ -87,3 +112,11 @@ def prewarm(disk: AgentDisk, agent: Agent, step: int) -> PrewarmEvent | None:
     event = PrewarmEvent(step=step, usage=response.usage.model_dump(), cost_usd=agent.cost(response.usage))
     disk.event(event)
     return event
+
+
+def _request(agent: Agent, body: dict[str, Any], betas: list[str]) -> ModelRequest:
+    """A pre-warm of ``body`` with the steps' thinking fields (a change of them would miss the cached blocks)."""
+    fields = thinking_fields(agent.config.model)
+    fields["betas"] = [*fields["betas"], *(b for b in betas if b not in fields["betas"])]
+    return ModelRequest(model=body["model"], max_tokens=0, messages=body["messages"], system=body.get("system"),
+                        tools=body.get("tools", []), temperature=agent.config.model.temperature, **fields)

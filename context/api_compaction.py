@@ -61,13 +61,15 @@ class CompactionRequest:
     breakpoints: tuple[int, ...]
     instructions: str
 
-    def to_request(self, static: StaticPrefix, *, model: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    def to_request(self, static: StaticPrefix, *, model: str, max_tokens: int, ttl: str = "5m",
+                   **extra: Any) -> dict[str, Any]:
         """The Messages API body: the steps' system, tools and breakpoints (a cache read of their prefix), and
-        the ``compaction`` parameter."""
-        forms = [with_cache_control(m) if i in self.breakpoints else m.api for i, m in enumerate(self.messages)]
+        the ``compaction`` parameter. ``ttl`` "1h": a pre-warm of this prefix (``agents/cache_prewarm.py``)."""
+        forms = [with_cache_control(m, ttl=ttl) if i in self.breakpoints else m.api
+                 for i, m in enumerate(self.messages)]
         if takes_system_messages(model):
             forms = split_reminders(list(self.messages), forms)
-        body = request_body(static, forms, model=model, max_tokens=max_tokens)
+        body = request_body(static, forms, model=model, max_tokens=max_tokens, ttl=ttl)
         return body | {"compaction": {"type": "summarize", "instructions": self.instructions}} | extra
 
 
@@ -91,6 +93,22 @@ def plan(assembler: Assembler, assembled: Assembled, keep: int) -> tuple[Message
             sum(1 for m in sent if m.tool_uses) != sum(1 for m in kept if m.tool_uses):
         raise Unplannable("the kept steps are not the tail of the request as it was sent")
     return tuple(assembled.messages[:-n_tail])
+
+
+def compaction_request(assembler: Assembler, previous: CompactionEvent | None, prompt: str
+                       ) -> tuple[CompactionRequest, Assembled, int]:
+    """The compaction request as the context stands (and the step request it is cut from, and where the kept
+    steps start): the messages before the kept steps, the step's breakpoints among them and one on the last of
+    them, whose entry a pre-warm at a handoff may have written for an hour."""
+    history, policy = assembler.history, assembler.policy
+    assembled = assembler.assemble(previous)
+    base = previous.in_view(history).kept_from if previous else 0
+    keep = kept_from(history, base, policy.keep_last_steps)
+    summarised = plan(assembler, assembled, keep)
+    cap = cap_tokens(policy.summary_cap_share, policy.threshold)
+    instructions = (prompt + condense_note(previous.summary if previous else None, cap))[:MAX_INSTRUCTIONS]
+    marks = sorted({*[b for b in assembled.breakpoints if b < len(summarised) - 1][-2:], len(summarised) - 1})
+    return CompactionRequest(summarised, tuple(marks), instructions), assembled, keep
 
 
 def fell_back(reason: str, event: CompactionEvent) -> CompactionEvent:
@@ -130,17 +148,13 @@ class ApiCompactor:
                    schema: Any, prompt: str, timeout_s: float = 120.0, **_own: Any) -> CompactionEvent:
         history, policy = assembler.history, assembler.policy
         started = datetime.now(timezone.utc)
-        assembled = assembler.assemble(previous)
-        base = previous.in_view(history).kept_from if previous else 0
-        keep = kept_from(history, base, policy.keep_last_steps)
-        summarised = plan(assembler, assembled, keep)
+        asked, assembled, keep = compaction_request(assembler, previous, prompt)
+        summarised = asked.messages
         # A pin an earlier API compaction appended to a message kept again stays on it: the kept turns go as sent.
         pins = [{"seq": max(history.seqs_at(at)), "text": block.text} for at, block in assembler.pins if at >= keep]
         cap = cap_tokens(policy.summary_cap_share, policy.threshold)
         note = condense_note(previous.summary if previous else None, cap)
-        instructions = (prompt + note)[:MAX_INSTRUCTIONS]
-        marks = tuple(b for b in assembled.breakpoints if b < len(summarised))
-        reply = ask(CompactionRequest(summarised, marks, instructions), timeout_s)
+        reply = ask(asked, timeout_s)
         block = reply.block
         if reply.stop_reason != "compaction" or block is None or not block.content:
             what = "no block" if block is None else "a block with no content"

@@ -87,10 +87,11 @@ def test_init_reads_its_prefix_from_the_cache_after_an_execute_turn_longer_than_
     try:
         copy_scenario(EXAMPLE, tmp_path / "refund_desk")
         env = {name: value for name, value in os.environ.items() if name not in UNSET}
-        # Init's view stays append-only between compactions (a start size no context reaches): past it, baton's
-        # own compressor cuts an earlier round to its ends, so a new turn would lay its prefix out anew anyway.
+        # Init's view stays append-only (a start size no context reaches: past it, baton's own compressor cuts an
+        # earlier round to its ends, so a new turn would lay its prefix out anew anyway) and room enough that no
+        # compaction falls on the turn's boundary (a summary rewrites the prefix whatever the cache holds).
         env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=double.url, COLUMNS="200",
-                   BATON_INIT_START_TOKENS="1000000000")
+                   BATON_INIT_START_TOKENS="1000000000", BATON_INIT_WINDOW="60000", BATON_INIT_THRESHOLD="40000")
         baton = str(Path(sys.executable).parent / "baton")
         done = subprocess.run([baton, "--scenarios-dir", str(tmp_path), "run", "refund_desk", "--auto-approve",
                                "--profile", "demo", "--embedded"], env=env, capture_output=True, text=True,
@@ -103,6 +104,8 @@ def test_init_reads_its_prefix_from_the_cache_after_an_execute_turn_longer_than_
                      and before == "execute" and usage.get("input_tokens") is not None]
     assert after_execute, [role for role, _ in asked]
     for usage in after_execute:
+        # The API's compaction (Init's compactor) reports its tokens in its iteration, not at the top level.
+        usage = next((i for i in usage.get("iterations") or [] if i["type"] == "compaction"), usage)
         read, total = usage["cache_read_input_tokens"], (usage["input_tokens"] + usage["cache_read_input_tokens"]
                                                           + usage["cache_creation_input_tokens"])
         assert read > 0.5 * total, usage
