@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from proving.evaluation.user_part import UserPart
+
 Layer = Literal["L1", "L2", "L3", "L4"]
 LAYERS: tuple[Layer, ...] = ("L1", "L2", "L3", "L4")
 
@@ -29,6 +31,9 @@ class Sample(BaseModel):
     rules: list[str] = Field(default_factory=list)
     description: str | None = None  # free text for people; not used by the harness
     notes: str | None = None
+    # A conversational sample (docs/conversations.md): the instruction is then the user's opening message, and
+    # the rest of what the user knows and wants is here, told to the user simulator and never to the agent.
+    user: UserPart | None = None
 
     @field_validator("id")
     @classmethod
@@ -44,6 +49,15 @@ class Sample(BaseModel):
                 f"expected_outputs has {len(self.expected_outputs)} entries but there are "
                 f"{len(self.actions)} actions; give one per action (null = not checked)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _opening_keeps_what_is_withheld(self) -> Sample:
+        if self.user is not None:
+            said = self.user.said_unasked(self.instruction)
+            if said:
+                raise ValueError(f"the instruction is the user's opening message, before the agent asked anything, "
+                                 f"and it gives away what the user holds back: {said}")
         return self
 
 

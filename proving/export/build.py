@@ -41,7 +41,8 @@ SHARED_MODULES = {  # baton's own stdlib-only modules that the export runs as th
     "compare.py": Path(compare_module.__file__),
     "child_main.py": child_module.CHILD_SCRIPT,
 }
-RUNTIME_MODULES = ("session.py", "offline_tokens.py", "box.py", "sandbox.py", "agents.py")
+RUNTIME_MODULES = ("session.py", "offline_tokens.py", "box.py", "sandbox.py", "agents.py", "users.py",
+                   "user_check.py", "conversation.py", "user_simulator.md")
 
 
 class ExportError(ValueError):
@@ -259,6 +260,7 @@ def _readme(spec: dict[str, Any]) -> str:
         "A sample scores 1 when the final data has the expected actions' effects (free text the agent "
         "writes, such as a refund's reason, is not compared), its expected_state holds, and every checker "
         "accepts; the explanation names what differed.\n\n"
+        f"{_conversations(spec['samples'])}"
         "## Where the scenario's code runs\n\n"
         "tools/ and checkers/ were written by a model: treat them as hostile. Every tool call and the judge "
         "(the replay of the expected actions, then the checkers) run through Inspect's sandbox, one "
@@ -276,6 +278,24 @@ def _readme(spec: dict[str, Any]) -> str:
         "empty environment and a process group of their own that is killed afterwards. Inspect warns, and "
         "each sample's log says so (the sample's and the score's metadata `sandbox`, and its transcript). "
         "BATON_EXPORT_BWRAP names the bwrap to use.\n"
+    )
+
+
+def _conversations(samples: list[dict[str, Any]]) -> str:
+    """The README's word on conversational samples, when there are any (docs/conversations.md)."""
+    talking = [s["id"] for s in samples if isinstance(s.get("user"), dict)]
+    if not talking:
+        return ""
+    return (
+        "## Conversations\n\n"
+        f"{len(talking)} sample(s) are conversations with a simulated user ({', '.join(talking[:5])}"
+        f"{', ...' if len(talking) > 5 else ''}): the model under test gets the user's opening message and talks "
+        "with the user, who gives the facts it holds only when asked, until the user stops or the turn limit. "
+        "The user is `-T user=scripted` (the default: deterministic, offline) or any Inspect model, e.g. "
+        "`inspect eval task.py --model <provider/model> -T user=<provider/model>`. A trial in which the user "
+        "leaked a fact it must hold back, or never gave one it was asked for, is the user simulator's fault: "
+        "its score's metadata says so (`simulator_fault`), and the metrics `agent_accuracy` and "
+        "`simulator_faults` count it apart from the agent's failures.\n\n"
     )
 
 

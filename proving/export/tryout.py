@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from proving.export.build import ExportError, choose_iteration, export_inspect
 from proving.export.facts import ScenarioFacts
+from proving.export.runtime.users import SIMULATOR
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import Layout
 
@@ -42,11 +43,13 @@ class TryoutError(ExportError):
 class SampleTryout(BaseModel):
     id: str
     rules: list[str] = Field(default_factory=list)
-    trials: int
+    trials: int  # the trials the agent is judged on: those the user simulator spoiled are not among them
     passes: int
-    pass_rate: float
+    pass_rate: float  # 0.0 when no trial could be judged
     pass_hat: dict[str, float]  # "k" -> pass^k, for k = 1..trials
     failures: list[str] = Field(default_factory=list)  # the scorer's explanations of failed trials
+    # Conversational samples (docs/conversations.md): why each spoiled trial was the user simulator's fault.
+    simulator_faults: list[str] = Field(default_factory=list)
 
 
 class Tryout(BaseModel):
@@ -65,6 +68,8 @@ class Tryout(BaseModel):
     generated_at: str
     # Where the tool calls and the judge ran (the scores' metadata): name, confined, note. None before it was kept.
     sandbox: dict[str, Any] | None = None
+    user: str | None = None  # who played the user of conversational samples (-T user=); None when none was asked
+    simulator_faults: int = 0  # trials the user simulator spoiled, counted apart from the agent's
 
     def summary(self) -> str:
         hats = ", ".join(f"pass^{k} {v:.2f}" for k, v in self.pass_hat.items())
@@ -72,8 +77,10 @@ class Tryout(BaseModel):
         where = ""
         if self.sandbox and self.sandbox.get("confined") is False:
             where = f"; tool calls ran UNCONFINED ({self.sandbox.get('name')}: no sandbox could be had)"
+        spoiled = (f"; {self.simulator_faults} trial(s) spoiled by the user simulator ({self.user}), not counted"
+                   if self.simulator_faults else "")
         return (f"{self.model}{mock}: {self.pass_rate:.0%} of {len(self.samples)} samples x {self.epochs} epochs; "
-                f"{hats}{where}")
+                f"{hats}{where}{spoiled}")
 
 
 def tryout_path(root: Path, iteration: int) -> Path:
@@ -103,7 +110,9 @@ def choose_model(model: str | None, environ: dict[str, str] | os._Environ[str] =
 
 
 def run_tryout(root: Path, facts: ScenarioFacts, model: str | None = None, epochs: int = 1,
-               iteration: int | None = None) -> Tryout:
+               iteration: int | None = None, user: str | None = None) -> Tryout:
+    """``user``: who plays the user of conversational samples (the task's ``-T user=``: ``scripted``, its
+    default, or an Inspect model string)."""
     if importlib.util.find_spec("inspect_ai") is None:
         raise TryoutError(NO_INSPECT)
     if epochs < 1:
@@ -114,7 +123,8 @@ def run_tryout(root: Path, facts: ScenarioFacts, model: str | None = None, epoch
     folder = layout.outputs(picked)
     warning = export_inspect(root, folder / "inspect_task", facts, picked).warning
     started = time.monotonic()
-    log = eval_export(folder / "inspect_task", chosen, epochs, folder / "inspect_logs")
+    log = eval_export(folder / "inspect_task", chosen, epochs, folder / "inspect_logs",
+                      {"user": user} if user else None)
     notes = " ".join(n for n in (warning, note) if n) or None
     tryout = _summarise(root.name, picked, chosen, notes, epochs, log, time.monotonic() - started,
                         folder / "inspect_task" / "task.py")
@@ -138,6 +148,9 @@ def eval_export(task_dir: Path, model: Any, epochs: int, log_dir: Path, task_arg
                                      display="none", task_args=task_args or {})
     except PrerequisiteError as exc:  # e.g. anthropic/... without ANTHROPIC_API_KEY: the user can fix it
         missing = plain(str(getattr(exc, "message", exc)))
+        if missing.startswith(SIMULATOR):  # the model playing a conversation's user, not the one under test
+            raise TryoutError(f"Inspect cannot use {missing}. Set what it names, or leave out the user setting "
+                              "to use the scripted user") from None
         raise TryoutError(f"Inspect cannot use the model {model}: {missing}. Set what it names, or leave "
                           f"out --model to try Inspect's offline mock ({MOCK_MODEL})") from None
     if log.status != "success" or not log.samples:
@@ -159,6 +172,7 @@ def _summarise(name: str, iteration: int, model: str, note: str | None, epochs: 
     by_sample: dict[str, list[Any]] = defaultdict(list)
     rules: dict[str, list[str]] = {}
     where: list[dict[str, Any]] = []
+    users: set[str] = set()
     for sample in log.samples:
         score = next(iter(sample.scores.values()), None) if sample.scores else None
         by_sample[str(sample.id)].append(score)
@@ -166,23 +180,37 @@ def _summarise(name: str, iteration: int, model: str, note: str | None, epochs: 
         said = (sample.metadata or {}).get("sandbox")
         if isinstance(said, dict):
             where.append(said)
+        if (sample.metadata or {}).get("user_simulator"):
+            users.add(str(sample.metadata["user_simulator"]))
     samples = [_sample(sid, rules[sid], scores) for sid, scores in by_sample.items()]
-    hats = {str(k): sum(s.pass_hat[str(k)] for s in samples) / len(samples) for k in range(1, epochs + 1)}
+    judged = [s for s in samples if s.trials] or samples  # a sample whose every trial was spoiled says nothing
+    hats = {str(k): _mean([s.pass_hat[str(k)] for s in judged if str(k) in s.pass_hat]) for k in range(1, epochs + 1)}
     return Tryout(
         scenario=name, iteration=iteration, model=model, mock=model.startswith("mockllm/"), note=note,
-        epochs=epochs, pass_rate=sum(s.pass_rate for s in samples) / len(samples), pass_hat=hats,
+        epochs=epochs, pass_rate=_mean([s.pass_rate for s in judged]), pass_hat=hats,
         samples=samples, log=str(log.location), task=str(task_file),
         duration_s=round(duration_s, 3), generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         # An unconfined sample, if any, is the one to report: it is what the user must hear about.
         sandbox=next((w for w in where if w.get("confined") is not True), where[0] if where else None),
+        user=", ".join(sorted(users)) or None, simulator_faults=sum(len(s.simulator_faults) for s in samples),
     )
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
 def _sample(sample_id: str, rules: list[str], scores: list[Any]) -> SampleTryout:
+    """A sample's trials; those the user simulator spoiled (the score's ``simulator_fault``) are set apart, so that
+    pass rate and pass^k are the agent's."""
+    spoiled = [str(s.metadata["simulator_fault"]) for s in scores
+               if s is not None and (s.metadata or {}).get("simulator_fault")]
+    scores = [s for s in scores if s is None or not (s.metadata or {}).get("simulator_fault")]
     trials = len(scores)
     passed = [s is not None and s.value == 1.0 for s in scores]
     failures = [(s.explanation or "")[:EXPLANATION_CHARS] if s is not None else "the sample ended with an error"
                 for s, ok in zip(scores, passed) if not ok]
-    return SampleTryout(id=sample_id, rules=rules, trials=trials, passes=sum(passed), pass_rate=sum(passed) / trials,
+    return SampleTryout(id=sample_id, rules=rules, trials=trials, passes=sum(passed),
+                        pass_rate=sum(passed) / trials if trials else 0.0,
                         pass_hat={str(k): pass_hat(trials, sum(passed), k) for k in range(1, trials + 1)},
-                        failures=failures)
+                        failures=failures, simulator_faults=[f[:EXPLANATION_CHARS] for f in spoiled])

@@ -1,7 +1,8 @@
 """The agents an exported task can run besides the model under test, by name (``inspect eval task.py -T
 agent=NAME``), and runs of several of them over the samples in one eval (``-T runs=FILE``).
 
-- ``model``: the model under test (Inspect's ``generate()``); the task's default.
+- ``model``: the model under test (Inspect's ``generate()``); the task's default. On a conversational sample it
+  talks with the simulated user the task names (``conversation.py``).
 - ``refuse_all``: refuses every request. It calls the scenario's tool that records a refusal or an escalation
   (a name with refus, deny, declin, reject or escalat) once, with arguments taken from the sample, and says
   it refuses; with no such tool it only says so.
@@ -24,6 +25,8 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from .users import SCRIPTED
 
 # The same patterns as baton's coverage gate (proving/evaluation/coverage.py): tools whose calls only look,
 # and tools that record a refusal or an escalation.
@@ -124,21 +127,29 @@ def load_runs(path: str | Path) -> list[dict[str, Any]]:
 
 
 # What follows needs Inspect; the functions above do not.
-def solver_for(agent: str, scenario: Any) -> Any:
+def solver_for(agent: str, scenario: Any, user: str = SCRIPTED) -> Any:
     """The solver that ends the task's chain: it runs each sample's agent (its metadata's ``baton_agent``, from a
-    runs file, else ``agent``); for the model under test, ``generate()``."""
+    runs file, else ``agent``); for the model under test, ``generate()``, or on a conversational sample a
+    conversation with ``user`` (``scripted`` or an Inspect model string)."""
     if agent not in AGENTS:
         raise ValueError(f"no agent {agent!r}: the agents are {', '.join(sorted(AGENTS))}")
-    return dispatch(agent, scenario)
+    if not user.strip():
+        raise ValueError("-T user= names the user simulator: scripted, or an Inspect model string")
+    return dispatch(agent, scenario, user)
 
 
-def dispatch(default: str, scenario: Any) -> Any:
+def dispatch(default: str, scenario: Any, user: str = SCRIPTED) -> Any:
     from inspect_ai.solver import Generate, TaskState, solver
+
+    from . import conversation
 
     @solver(name="baton_agent")
     def chosen() -> Any:
         async def solve(state: TaskState, generate: Generate) -> TaskState:
             name = str(state.metadata.get("baton_agent") or default)
+            sample = _sample_of(scenario, state)
+            if name == MODEL and conversation.conversational(sample):
+                return await conversation.converse(sample, state, generate, user)
             return await AGENTS[name](scenario, state, generate)
 
         return solve

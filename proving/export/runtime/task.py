@@ -5,6 +5,8 @@
 The model under test gets the scenario's policy as its system message and the
 scenario's tools; each sample starts from its own copy of tools/data.json, and the scorer
 judges the final data and the calls as baton's evaluation does (baton_runtime/session.py).
+A conversational sample is a conversation with a simulated user (baton_runtime/conversation.py):
+``-T user=scripted`` (the default, deterministic and offline) or ``-T user=<provider/model>``.
 
 Every tool call and every judgement runs through Inspect's sandbox: ``sandbox().exec`` of
 ``baton_runtime/box.py``, which runs the scenario's code in a child process with time and
@@ -24,11 +26,12 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # baton_runtime/ sits beside this file
 
-from baton_runtime import agents, session  # noqa: E402 - after the path is set
+from baton_runtime import agents, conversation, session  # noqa: E402 - after the path is set
 from baton_runtime.box import FRAME_BYTES  # noqa: E402
 from baton_runtime.offline_tokens import provide_o200k  # noqa: E402
 from baton_runtime.sandbox import EXPORT_ROOT, NAME  # noqa: E402 - and registers the sandbox NAME
 from baton_runtime.session import Ran, Scenario  # noqa: E402
+from baton_runtime.users import SCRIPTED  # noqa: E402
 from inspect_ai import Task, task  # noqa: E402
 from inspect_ai.dataset import MemoryDataset  # noqa: E402
 from inspect_ai.log import transcript  # noqa: E402
@@ -145,31 +148,47 @@ def say_where_calls_run():  # noqa: ANN201
     return solve
 
 
-@scorer(metrics=[accuracy(), stderr()])
+# With conversational samples, the agent's own figures beside the plain accuracy: trials the user simulator
+# spoiled are counted apart (conversation.py).
+CONVERSATIONAL = any(conversation.conversational(s) for s in SCENARIO.samples)
+METRICS = [accuracy(), stderr(), *([conversation.agent_accuracy(), conversation.simulator_faults()]
+                                   if CONVERSATIONAL else [])]
+
+
+@scorer(metrics=METRICS)
 def baton_scorer():  # noqa: ANN201
     async def score(state: TaskState, target: Target) -> Score:
         sample = SCENARIO.sample(state.metadata.get("baton_id", state.sample_id))  # a run's own sample
         calls, final = store().get(CALLS, []), _data()
         ran = await in_sandbox(session.judge_request(SCENARIO, sample, calls, final))
         verdict = session.judgement(SCENARIO, sample, calls, final, ran)
-        return Score(value=1.0 if verdict.passed else 0.0, explanation=verdict.explanation,
-                     metadata={"differences": verdict.differences, "checkers": verdict.checkers,
-                               "tool_calls": len(calls), "sandbox": store().get(WHERE) or confinement()})
+        metadata = {"differences": verdict.differences, "checkers": verdict.checkers,
+                    "tool_calls": len(calls), "sandbox": store().get(WHERE) or confinement()}
+        explanation = verdict.explanation
+        said = store().get(conversation.RECORD)
+        if said and conversation.conversational(sample):  # the value stays the judge's; the fault is said beside it
+            metadata |= conversation.verdict(sample, said)
+            if metadata[conversation.FAULT]:
+                explanation += f"\nthe user simulator's fault, not the agent's: {metadata[conversation.FAULT]}"
+        return Score(value=1.0 if verdict.passed else 0.0, explanation=explanation, metadata=metadata)
 
     return score
 
 
 # The name is written here as a literal by `baton export`: Inspect reads it from the source.
-# -T agent=NAME runs another agent than the model under test, -T runs=FILE several (baton_runtime/agents.py).
+# -T agent=NAME runs another agent than the model under test, -T runs=FILE several (baton_runtime/agents.py);
+# -T user=MODEL plays the user of conversational samples with an Inspect model instead of the scripted user.
 @task(name="scenario")
-def scenario(agent: str = agents.MODEL, runs: str | None = None) -> Task:
+def scenario(agent: str = agents.MODEL, runs: str | None = None, user: str = SCRIPTED) -> Task:
     samples = agents.dataset(SCENARIO, runs)
+    if CONVERSATIONAL:
+        conversation.check_model(user)
     return Task(
         dataset=MemoryDataset(samples, name=SCENARIO.name),
         solver=[say_where_calls_run(), policy_message(), use_tools([scenario_tool(t) for t in SCENARIO.tools]),
-                agents.solver_for(agent, SCENARIO)],
+                agents.solver_for(agent, SCENARIO, user)],
         scorer=baton_scorer(),
-        message_limit=MESSAGE_LIMIT,
+        message_limit=MESSAGE_LIMIT + conversation.extra_messages(SCENARIO.samples),
         # The export's own sandbox, told which export to bind; `inspect eval task.py --sandbox docker` replaces it.
         sandbox=(NAME, str(HERE)),
     )

@@ -1,0 +1,75 @@
+"""The simulator check (docs/conversations.md): after a conversation, did the user simulator spoil it? Standard
+library only and deterministic, so it judges the scripted user and any model playing the user alike.
+
+A run is the simulator's fault when the user
+
+- said a withheld fact's value before the agent had named that fact in any earlier turn (``leaked``),
+- said one of the things it must never say (``said``), or
+- held a fact the expected actions need, was asked for it, had a turn to answer after the ask, and never gave it
+  in the whole conversation (``never gave``): stopping early, refusing or claiming not to know.
+
+In tau2-bench up to 30% of the failed retail runs were the user simulator's (its PR #392): such a run says
+nothing about the agent, so it is counted apart from the agent's failures. What the check cannot see (a user
+that breaks persona in other ways, or misleads with wrong values) is left to reading the transcripts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .users import AGENT, USER, Turn, UserSpec, normal, unasked, value_forms
+
+
+def needed_facts(spec: UserSpec, actions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The user's facts whose value an expected action's arguments hold (the agent cannot act right without
+    them, unless a tool tells it), in the facts' order."""
+    values = [v for action in actions for v in _leaves(action.get("args") or {})]
+    return [name for name, fact in spec.facts.items() if any(_same(fact, v) for v in values)]
+
+
+def _leaves(value: Any) -> Iterable[Any]:
+    if isinstance(value, Mapping):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+def _same(fact: Any, value: Any) -> bool:
+    """An argument holds the fact: equal numbers, or the same text as the fact in any of its forms."""
+    if isinstance(value, bool) or isinstance(fact, bool):
+        return False
+    if isinstance(value, int | float) and isinstance(fact, int | float):
+        return float(value) == float(fact)
+    forms = {normal(form) for form in value_forms(fact)}
+    return normal(str(value)) in forms if isinstance(value, str) else normal(str(fact)) in value_forms(value)
+
+
+def simulator_faults(spec: UserSpec, turns: Sequence[Turn], actions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why the conversation ``turns`` is the user simulator's fault, in words (empty: it is not)."""
+    faults: list[str] = []
+    asked: set[str] = set()  # facts the agent has named so far
+    answerable: set[str] = set()  # of those, the ones a user turn came after
+    given: set[str] = set()
+    number = 0
+    for turn in turns:
+        if turn.role == AGENT:
+            asked |= set(spec.named(turn.text))
+            continue
+        if turn.role != USER:
+            continue
+        number += 1
+        answerable |= asked
+        for found in unasked(turn.text, spec.facts, spec.withheld, spec.never_say, asked):
+            if not any(f.startswith(found) for f in faults):  # the first time is the fault; repeats add nothing
+                later = ", before the agent asked for it" if found.startswith("leaked") else ""
+                faults.append(f"{found} in the user's turn {number}{later}")
+        given |= set(spec.said(turn.text))
+    for name in needed_facts(spec, actions):
+        if name in answerable and name not in given:
+            faults.append(f"never gave {name}, which the expected actions need, although the agent asked for it")
+    return faults
