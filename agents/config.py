@@ -37,7 +37,7 @@ ROLE_DEFAULTS: dict[Role, dict[str, Any]] = {
     # every iteration, so it thinks harder than Opus 5.5's own default (medium); Execute makes many
     # mechanical tool calls, so medium, below Sonnet 5.5's default (high): cheaper and faster per step.
     # compactor (docs/context.md, "The API's own context tools"): the API's on-demand compaction keeps the thinking
-    # in Init's kept turns valid and cost Init's stand-in in the replay no more than baton's own summary (0.90x
+    # in Init's kept turns valid and cost Init's stand-in in the replay no more than baton's own summary (0.87x
     # where it compacts); Execute keeps baton's own, the cheapest at the same recall on its stand-ins.
     "init": {"model": "opus", "window": 200_000, "threshold": 150_000, "keep_last_steps": 3, "queue": "init",
              "effort": "high", "max_tokens": 32_000, "compactor": "api"},
