@@ -249,6 +249,13 @@ def test_baton_try_runs_a_conversational_sample_and_keeps_the_simulator_s_faults
     assert len(talks) == 2 and all(sum(m.role == "user" for m in s.messages) == 4 for s in talks)
 
 
+def test_baton_try_takes_the_user_simulator_by_its_option(talking: Path) -> None:
+    result = baton(talking.parent, "try", "refund_desk", "--epochs", "1", "--user", leaky_user_provider())
+    assert result.exit_code == 0, result.output
+    tryout = json.loads((talking / "execution_outputs" / "iteration_2" / "tryout.json").read_text())
+    assert tryout["user"] != "scripted" and tryout["simulator_faults"] == 1
+
+
 def test_a_tryout_with_a_user_model_counts_its_faults_apart_from_the_agent_s_trials(talking: Path) -> None:
     from agents.scenario_facts import scenario_facts
     from proving.export.tryout import run_tryout

@@ -56,11 +56,15 @@ def try_(
              "[default: mockllm/model when no ANTHROPIC_API_KEY is set]")] = None,
     epochs: Annotated[int, typer.Option(min=1, help="trials per sample; pass^k is reported for k up to this")] = 1,
     iteration: Iteration = None,
+    user: Annotated[str | None, typer.Option(
+        help="who plays the user of conversational samples: 'scripted' (deterministic, offline) or an Inspect "
+             "model string (docs/conversations.md) [default: scripted]")] = None,
 ) -> None:
-    """A model under test on the exported scenario, through Inspect AI: pass rate and pass^k per sample."""
+    """A model under test on the exported scenario, through Inspect AI: pass rate and pass^k per sample; trials
+    the user simulator spoiled are counted apart."""
     root = loop.scenario_root(name)
     try:
-        tryout = run_tryout(root, scenario_facts(root), model, epochs, iteration)
+        tryout = run_tryout(root, scenario_facts(root), model, epochs, iteration, user=user)
     except ExportError as exc:
         raise CliError(str(exc)) from None
     if tryout.note:
