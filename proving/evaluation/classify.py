@@ -11,6 +11,7 @@ from typing import Any
 from proving.evaluation.child import ChildRun
 from proving.evaluation.compare import same, short, state_differences
 from proving.evaluation.models import ChildError, ChildResult, Layer, Sample
+from proving.evaluation.reachable import unreachable
 from proving.sandbox.nest import DISK_MB
 
 
@@ -123,7 +124,11 @@ def _checker_problem(result: ChildResult) -> str | None:
 
 
 def _judge(sample: Sample, result: ChildResult) -> Verdict:
-    """Both checks ran: the 2x2 of (matches the expectation) x (checkers pass)."""
+    """Both checks ran: the 2x2 of (matches the expectation) x (checkers pass); before it, a conversational
+    sample whose goal needs what the user never gives is unsolvable (proving/evaluation/reachable.py)."""
+    gap = unreachable(sample, result.outputs)
+    if gap is not None:
+        return Verdict("L4", gap)
     difference = first_difference(sample, result.outputs, result.final_data)
     failed = [c for c in result.checkers if not c.passed]
     said = f"checker {failed[0].checker} failed it: {failed[0].reason or '(no reason given)'}" if failed else ""
