@@ -100,6 +100,14 @@ def test_the_same_actions_for_another_rule_or_another_shape_are_not_duplicates()
     assert duplicates([*SAMPLES, other_rule, same_id_twice]) == []
 
 
+def test_a_conversation_is_not_the_duplicate_of_the_same_actions_asked_at_once():
+    user = {"persona": "p", "goal": "g", "facts": {"order_id": "O1"}, "withheld": ["order_id"], "stop_when": ["done"]}
+    talking = copy.deepcopy(SAMPLES[0]) | {"id": "c1", "user": user}
+    assert duplicates([*SAMPLES, talking]) == []
+    again = copy.deepcopy(talking) | {"id": "c2", "user": {**user, "persona": "another voice"}}
+    assert [f.sample for f in duplicates([*SAMPLES, talking, again])] == ["c2"]  # the same conversation twice
+
+
 def test_the_gates_run_in_turn_and_one_that_cannot_says_why(tmp_path, monkeypatch):
     """prove() on a folder: coverage and duplicates measured, a gate that cannot run here skipped with its reason."""
     import json

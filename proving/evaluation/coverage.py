@@ -94,7 +94,12 @@ def shape(sample: Mapping[str, Any]) -> tuple[Any, ...]:
                     if isinstance(a, Mapping))
     state = tuple(sorted((re.sub(r"[A-Za-z]*\d+[A-Za-z0-9]*", "#", str(path)), canon(value))
                          for path, value in (sample.get("expected_state") or {}).items()))
-    return tuple(sorted(str(r) for r in sample.get("rules") or [])), actions, state
+    # A conversation is another task than the same actions asked for at once: the agent must ask for what the
+    # user holds back (docs/conversations.md); which facts it holds back is part of its shape, their values are not.
+    user = sample.get("user")
+    talk = ("conversation", tuple(sorted(str(n) for n in user.get("withheld") or []))) \
+        if isinstance(user, Mapping) else ()
+    return tuple(sorted(str(r) for r in sample.get("rules") or [])), actions, state, talk
 
 
 def duplicates(samples: Iterable[Mapping[str, Any]]) -> list[Finding]:
