@@ -20,15 +20,14 @@ It never fails the step: an error is a warning, and the next request just writes
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from agents.agent import Agent
 from agents.conventions import ConventionsError
 from agents.disk import AgentDisk
 from agents.events import HandoffEvent, PrewarmEvent, WarningEvent
-from agents.models import ModelError, ModelRequest
+from agents.models import ModelError
 from agents.step_request import request_for, step_starts
-from agents.thinking import thinking_fields
+from agents.thinking import request_of
 from context.api_compaction import Unplannable, compaction_request
 from context.assembly import Assembled, ContextOverflow
 from context.cache_ttl import FIVE_MINUTES_S, ONE_HOUR_S
@@ -89,7 +88,8 @@ def prewarm(disk: AgentDisk, agent: Agent, step: int) -> PrewarmEvent | None:
             warmed = asked.messages
             body = asked.to_request(assembler.static, model=agent.config.model.name, max_tokens=0, ttl="1h")
             body.pop("compaction")  # the same messages and breakpoints; nothing is summarised yet
-            request = _request(agent, body, assembled.betas)
+            request = request_of(body, agent.config.model, temperature=agent.config.model.temperature,
+                                 betas=assembled.betas)
         elif extends:
             warmed = tuple(assembled.messages)
             request = request_for(agent, assembled, assembler.static, max_tokens=0, ttl="1h")  # samples nothing
@@ -113,10 +113,3 @@ def prewarm(disk: AgentDisk, agent: Agent, step: int) -> PrewarmEvent | None:
     disk.event(event)
     return event
 
-
-def _request(agent: Agent, body: dict[str, Any], betas: list[str]) -> ModelRequest:
-    """A pre-warm of ``body`` with the steps' thinking fields (a change of them would miss the cached blocks)."""
-    fields = thinking_fields(agent.config.model)
-    fields["betas"] = [*fields["betas"], *(b for b in betas if b not in fields["betas"])]
-    return ModelRequest(model=body["model"], max_tokens=0, messages=body["messages"], system=body.get("system"),
-                        tools=body.get("tools", []), temperature=agent.config.model.temperature, **fields)

@@ -18,11 +18,11 @@ from agents.config import ConfigError
 from agents.conventions import ConventionsError
 from agents.disk import AgentDisk, note_discarded
 from agents.events import CompactionRecord, WarningEvent
-from agents.models import ModelError, ModelRequest, ModelUnavailable
+from agents.models import ModelError, ModelUnavailable
 from agents.outcomes import CompactionOutcome
 from agents.prompts import prompt
 from agents.settings_layers import load_scenario_config
-from agents.thinking import thinking_fields
+from agents.thinking import request_of
 from context.api_compaction import CompactionCall, CompactionReply, CompactionRequest
 from context.assembly import COMPACT_BETA, StaticPrefix
 from context.compaction import KnownFacts, SummaryCall, SummaryReply, SummaryRequest
@@ -107,30 +107,37 @@ def _compact(disk: AgentDisk, agent: Agent, after_step: int | None, force: bool)
                              tokens_after=event.tokens_after, usage=event.usage.model_dump() if event.usage else None)
 
 
+def _budget(budget_s: float, what: str, clock: Callable[[], float]) -> Callable[[float], float]:
+    """Seconds a call may take now: its own timeout, within what is left of the whole budget (wall clock); past
+    the budget, ModelUnavailable, so the compactor falls back."""
+    deadline = clock() + budget_s
+
+    def time_left(timeout_s: float) -> float:
+        left = min(timeout_s, deadline - clock())
+        if left <= 0:
+            raise ModelUnavailable(f"the {what}'s {budget_s:g}s deadline has passed")
+        return left
+
+    return time_left
+
+
 def _summary_call(agent: Agent, static: StaticPrefix, clock: Callable[[], float] = time.monotonic) -> SummaryCall:
     """The compactor's model call. ``summary_timeout_s`` is the whole compaction's budget, wall clock:
     the compactor's retry with the error and the model's own retries all fit in it, and what is left
     is each call's deadline (``ModelRequest.deadline_s``). Past it, the compactor falls back."""
     config = agent.config
-    budget = config.model.summary_timeout_s
-    deadline = clock() + budget
+    time_left = _budget(config.model.summary_timeout_s, "summary", clock)
 
     def call(summary: SummaryRequest, timeout_s: float) -> SummaryReply:
-        left = min(timeout_s, deadline - clock())
-        if left <= 0:
-            raise ModelUnavailable(f"the summary's {budget:g}s deadline has passed")
+        left = time_left(timeout_s)
         # Same system prompt, tools, tool_choice, thinking and effort as the steps, and their message
         # breakpoints, so it reads their cache: a change of tool_choice or of the thinking parameters would
         # invalidate every cached message block (the prompt-caching page's table).
         body = summary.to_request(static, model=config.model.name, max_tokens=config.model.summary_max_tokens)
-        fields = thinking_fields(config.model)
-        if any(isinstance(b, CompactionBlock) for m in summary.messages for b in m.content):
-            fields["betas"] = [*fields["betas"], COMPACT_BETA]  # the API's block of an earlier compaction leads
-        request = ModelRequest(
-            model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=body["messages"],
-            system=body.get("system"), tools=body.get("tools", []), temperature=config.model.summary_temperature,
-            timeout_s=left, deadline_s=left, purpose="summary", **fields,
-        )
+        # The API's block of an earlier compaction may lead the messages: it needs its beta header.
+        led = any(isinstance(b, CompactionBlock) for m in summary.messages for b in m.content)
+        request = request_of(body, config.model, temperature=config.model.summary_temperature,
+                             betas=[COMPACT_BETA] if led else [], timeout_s=left, deadline_s=left, purpose="summary")
         with tracing.chat(request, agent.model.label) as traced:
             response = agent.model.create(request)
             tracing.reply(traced, response, cost=agent.cost)
@@ -151,23 +158,15 @@ def _compaction_call(agent: Agent, static: StaticPrefix, clock: Callable[[], flo
     if agent.model.label == "simulated":
         return None
     config = agent.config
-    budget = config.model.summary_timeout_s
-    deadline = clock() + budget
+    time_left = _budget(config.model.summary_timeout_s, "compaction", clock)
 
     def call(asked: CompactionRequest, timeout_s: float) -> CompactionReply:
-        left = min(timeout_s, deadline - clock())
-        if left <= 0:
-            raise ModelUnavailable(f"the compaction's {budget:g}s deadline has passed")
+        left = time_left(timeout_s)
         # The steps' system, tools and thinking fields: the kept turns' thinking stays valid only when they
         # are the same as when it was produced, and the prefix the steps cached is read again.
         body = asked.to_request(static, model=config.model.name, max_tokens=config.model.summary_max_tokens)
-        fields = thinking_fields(config.model)
-        fields["betas"] = [*fields["betas"], COMPACT_BETA]
-        request = ModelRequest(
-            model=config.model.name, max_tokens=config.model.summary_max_tokens, messages=body["messages"],
-            system=body.get("system"), tools=body.get("tools", []), temperature=config.model.summary_temperature,
-            timeout_s=left, deadline_s=left, purpose="compaction", compaction=body["compaction"], **fields,
-        )
+        request = request_of(body, config.model, temperature=config.model.summary_temperature, betas=[COMPACT_BETA],
+                             timeout_s=left, deadline_s=left, purpose="compaction", compaction=body["compaction"])
         with tracing.chat(request, agent.model.label) as traced:
             response = agent.model.create(request)
             tracing.reply(traced, response, cost=agent.cost)

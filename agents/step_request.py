@@ -24,7 +24,7 @@ from agents.events import PromptTooLongEvent, StepEvent
 from agents.models import ModelError, ModelRequest, TokenCounter
 from agents.outcomes import StepOutcome
 from agents.step_outcome import failed
-from agents.thinking import thinking_fields
+from agents.thinking import request_of
 from context.assembly import Assembled, Assembler, ContextOverflow, StaticPrefix
 from context.cache_ttl import choose_ttl
 from context.compaction_event import CompactionEvent
@@ -117,11 +117,8 @@ def request_for(agent: Agent, assembled: Assembled, static: StaticPrefix, max_to
     the beta headers and fields the context strategies need (a compaction block, context editing)."""
     config = agent.config
     body = assembled.to_request(static, model=config.model.name, max_tokens=max_tokens, ttl=ttl)
-    fields = thinking_fields(config.model)
-    fields["betas"] = [*fields["betas"], *(b for b in assembled.betas if b not in fields["betas"])]
-    return ModelRequest(model=config.model.name, max_tokens=max_tokens, messages=body["messages"],
-                        system=body.get("system"), tools=body.get("tools", []), temperature=config.model.temperature,
-                        purpose="step", context_management=body.get("context_management"), **fields)
+    return request_of(body, config.model, temperature=config.model.temperature, betas=assembled.betas,
+                      purpose="step", context_management=body.get("context_management"))
 
 
 def step_starts(disk: AgentDisk) -> list[tuple[int, float]]:

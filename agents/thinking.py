@@ -22,9 +22,11 @@ Docs: platform.claude.com/docs/en/build-with-claude/preserved-thinking, .../thin
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from agents.config import ModelSettings
+from agents.models import ModelRequest
 from context.messages import Message, is_signed
 
 CLAUDE_PER_RAW = 1.19  # Claude tokens per cl100k token (the estimator's prior)
@@ -67,3 +69,15 @@ def with_billed_thinking(message: Message, output_tokens: int) -> Message:
             k += 1
         blocks.append(block)
     return Message(role=message.role, content=blocks, usage=message.usage)
+
+
+def request_of(body: dict[str, Any], settings: ModelSettings, *, temperature: float | None, betas: Iterable[str] = (),
+               **fields: Any) -> ModelRequest:
+    """The ``ModelRequest`` of an assembled Messages body (model, max_tokens, messages, system, tools), with the
+    role's thinking fields, which every request of an agent carries unchanged (a change of them misses the
+    cached message blocks), and the beta headers the body's blocks or fields need besides theirs."""
+    thinking = thinking_fields(settings)
+    thinking["betas"] = [*thinking["betas"], *(b for b in betas if b not in thinking["betas"])]
+    return ModelRequest(model=body["model"], max_tokens=body["max_tokens"], messages=body["messages"],
+                        system=body.get("system"), tools=body.get("tools", []), temperature=temperature,
+                        **fields, **thinking)
