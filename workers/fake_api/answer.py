@@ -35,24 +35,26 @@ def answer(model: SimulatedModel, checked: CheckedRequest, betas: list[str], cac
     body = checked.body
     solved = blind.anthropic_reply(body.system, body.messages, body.tools)
     if solved is not None:
-        return _message(checked, solved["content"], solved["stop_reason"], count_text(str(solved["content"])), cache)
+        return message(checked, solved["content"], solved["stop_reason"],
+                       cache.usage(claude_tokens(count_text(str(solved["content"])))))
     try:
         response = model.create(model_request(checked, betas))
     except ModelError as err:
         # Deterministic: the same request fails the same way, so it is not a retryable 5xx.
         raise invalid(f"the simulated model cannot answer this request: {err}") from None
-    return _message(checked, [block.model_dump(exclude_none=True) for block in response.content],
-                    response.stop_reason, response.usage.output_tokens, cache, response.id)
+    return message(checked, [block.model_dump(exclude_none=True) for block in response.content],
+                   response.stop_reason, cache.usage(claude_tokens(response.usage.output_tokens)), response.id)
 
 
 def prewarmed(checked: CheckedRequest, cache: CacheUse) -> dict[str, Any]:
     """The answer to ``max_tokens: 0`` (prompt-caching page, "Pre-warming the cache"): ``stop_reason``
     ``max_tokens``, empty ``content``, the cache write charged and no output."""
-    return _message(checked, [], "max_tokens", 0, cache)
+    return message(checked, [], "max_tokens", cache.usage(0))
 
 
-def _message(checked: CheckedRequest, content: list[dict[str, Any]], stop_reason: str | None, output_tokens: int,
-             cache: CacheUse, message_id: str | None = None) -> dict[str, Any]:
+def message(checked: CheckedRequest, content: list[dict[str, Any]], stop_reason: str | None,
+            usage: dict[str, Any], message_id: str | None = None) -> dict[str, Any]:
+    """A Messages API response body of the model ``checked`` asked for."""
     return {
         "id": message_id or "msg_sim" + blind.call_id(str(content), 0).removeprefix("toolu_sim"),
         "type": "message",
@@ -61,10 +63,5 @@ def _message(checked: CheckedRequest, content: list[dict[str, Any]], stop_reason
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": {
-            "input_tokens": cache.plain,
-            "cache_creation_input_tokens": cache.written,
-            "cache_read_input_tokens": cache.read,
-            "output_tokens": claude_tokens(output_tokens),
-        },
+        "usage": usage,
     }

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from workers.fake_api.counting import ONE_HOUR_S, Piece
 
@@ -50,6 +51,12 @@ class CacheUse:
         """usage.cache_creation: the writes by TTL ("the current ``cache_creation_input_tokens`` field equals
         the sum of the values in the ``cache_creation`` object", prompt-caching page)."""
         return {"ephemeral_5m_input_tokens": self.written_5m, "ephemeral_1h_input_tokens": self.written_1h}
+
+    def usage(self, output_tokens: int) -> dict[str, Any]:
+        """A Messages API usage of this input and ``output_tokens`` (Claude-like): a reply's, or an iteration's."""
+        return {"input_tokens": self.plain, "cache_creation_input_tokens": self.written,
+                "cache_read_input_tokens": self.read, "output_tokens": output_tokens,
+                "cache_creation": self.cache_creation()}
 
 
 class PromptCache:

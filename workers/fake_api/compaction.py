@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agents.models import ModelError, ModelRequest
 from agents.simulated import SimulatedModel
 from context.tokens import count_text
+from workers.fake_api.answer import message
 from workers.fake_api.cache import CacheUse, PromptCache
 from workers.fake_api.compaction_block import (
     COMPACTION_BETA,
@@ -220,27 +221,5 @@ def _message(checked: CheckedRequest, content: list[dict[str, Any]], stop_reason
              output_tokens: int) -> dict[str, Any]:
     """A compaction answer: the top-level usage is zero ("no reply was generated"); the summarisation call is
     the ``compaction`` iteration."""
-    return {
-        "id": "msg_sim" + short_hash(json.dumps(content) + stop_reason),
-        "type": "message",
-        "role": "assistant",
-        "model": checked.model.id,
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "cache_creation": CacheUse().cache_creation(),
-            "iterations": [{
-                "type": "compaction",
-                "input_tokens": use.plain,
-                "output_tokens": output_tokens,
-                "cache_creation_input_tokens": use.written,
-                "cache_read_input_tokens": use.read,
-                "cache_creation": use.cache_creation(),
-            }],
-        },
-    }
+    usage = CacheUse().usage(0) | {"iterations": [{"type": "compaction", **use.usage(output_tokens)}]}
+    return message(checked, content, stop_reason, usage, "msg_sim" + short_hash(json.dumps(content) + stop_reason))

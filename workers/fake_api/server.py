@@ -161,7 +161,6 @@ class FakeApi:
             message = prewarmed(checked, use)
         else:
             message = answer(self.model, _as_read(checked) if start else checked, betas, use)
-        message["usage"]["cache_creation"] = use.cache_creation()
         if preserves_thinking(checked.model.id) and message["content"]:
             message["content"], thinking_tokens = sign_reply(
                 message["content"], bound, checked.model.id, raw.get("thinking") or {}, next(self.serial))
