@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from agents.agent import Agent
@@ -15,11 +19,37 @@ from agents.models import ModelRequest
 from agents.openings import init_opening
 from agents.settings_layers import resolve_config
 from agents.simulated import SimulatedModel
+from scenarios.run import copy_scenario
 from workers.fake_api.server import FakeApi, Running, start
 
 KEY = "sk-ant-api03-" + "f" * 60  # what a real key looks like: it must never come back
 EPHEMERAL = {"type": "ephemeral"}
 API_HEADERS = {"x-api-key": KEY, "anthropic-version": "2026-10-21"}  # what a /v1/ route needs, for raw calls
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
+# A broker or a profile in the developer's shell must not turn a run through the double into another kind of run.
+UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "BATON_PROFILE", "BATON_SCENARIOS_DIR", "ANTHROPIC_AUTH_TOKEN")
+
+
+def baton_through(folder: Path, base_url: str, *args: str, columns: str = "200", timeout: float = 300,
+                  **settings: str) -> subprocess.CompletedProcess[str]:
+    """``baton --scenarios-dir FOLDER ARGS`` as a process, its API the double at ``base_url``, with ``settings``
+    (environment variables such as BATON_INIT_COMPACTOR) set."""
+    env = {name: value for name, value in os.environ.items() if name not in UNSET}
+    env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=base_url, COLUMNS=columns, **settings)
+    baton = str(Path(sys.executable).parent / "baton")
+    return subprocess.run([baton, "--scenarios-dir", str(folder), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_example_through(folder: Path, base_url: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """The example copied into ``folder`` and run to its end (demo profile, embedded) through the double."""
+    copy_scenario(EXAMPLE, folder / "refund_desk")
+    done = baton_through(folder, base_url, "run", "refund_desk", "--auto-approve", "--profile", "demo", "--embedded",
+                         **settings)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
 
 
 def free_port() -> int:

@@ -6,20 +6,13 @@ naming the strategy that ran."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from scenarios.run import copy_scenario
-from tests.fake_api_support import KEY, stats
+from tests.fake_api_support import baton_through, run_example_through, stats
 from workers.fake_api.server import FakeApi, Running, start
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
-UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "BATON_PROFILE", "BATON_SCENARIOS_DIR", "ANTHROPIC_AUTH_TOKEN")
 
 pytestmark = pytest.mark.slow  # whole runs through the real SDK and the API double
 
@@ -32,19 +25,13 @@ def double() -> Iterator[Running]:
 
 
 def run_example(tmp_path: Path, double: Running, **settings: str) -> tuple[dict, dict[str, list[dict]], str]:
-    copy_scenario(EXAMPLE, tmp_path / "refund_desk")
-    env = {name: value for name, value in os.environ.items() if name not in UNSET}
-    env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=double.url, COLUMNS="120", **settings)
-    baton = [str(Path(sys.executable).parent / "baton"), "--scenarios-dir", str(tmp_path)]
-    done = subprocess.run([*baton, "run", "refund_desk", "--auto-approve", "--profile", "demo", "--embedded"],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_example_through(tmp_path, double.url, **settings)
     record = json.loads((tmp_path / "refund_desk" / "run.json").read_text())
     assert (record["phase"], record["status"]) == ("done", "succeeded")
     events = {role: [json.loads(line) for line in
                      (tmp_path / "refund_desk" / "state" / role / "events.jsonl").read_text().splitlines()]
               for role in ("init", "execute")}
-    status = subprocess.run([*baton, "status", "refund_desk"], env=env, capture_output=True, text=True, timeout=60)
+    status = baton_through(tmp_path, double.url, "status", "refund_desk", columns="120", timeout=60, **settings)
     assert status.returncode == 0, status.stderr
     return stats(double.url), events, status.stdout
 

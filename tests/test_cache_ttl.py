@@ -5,24 +5,17 @@ from the cache."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from context.cache_rates import CacheRates
 from context.cache_ttl import choose_ttl, long_idle_share
-from scenarios.run import copy_scenario
-from tests.fake_api_support import KEY
+from tests.fake_api_support import run_example_through
 from workers.fake_api.cache import PromptCache
 from workers.fake_api.server import FakeApi, start
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
-UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "BATON_PROFILE", "BATON_SCENARIOS_DIR", "ANTHROPIC_AUTH_TOKEN")
 OPUS_5_5 = CacheRates.of(4.0, 0.20, 5.0, 8.0)
 
 
@@ -85,20 +78,13 @@ def test_init_reads_its_prefix_from_the_cache_after_an_execute_turn_longer_than_
     api.messages = messages  # type: ignore[method-assign]
     double = start(api)
     try:
-        copy_scenario(EXAMPLE, tmp_path / "refund_desk")
-        env = {name: value for name, value in os.environ.items() if name not in UNSET}
         # Init's view stays append-only (a start size no context reaches: past it, baton's own compressor cuts an
         # earlier round to its ends, so a new turn would lay its prefix out anew anyway) and room enough that no
         # compaction falls on the turn's boundary (a summary rewrites the prefix whatever the cache holds).
-        env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=double.url, COLUMNS="200",
-                   BATON_INIT_START_TOKENS="1000000000", BATON_INIT_WINDOW="60000", BATON_INIT_THRESHOLD="40000")
-        baton = str(Path(sys.executable).parent / "baton")
-        done = subprocess.run([baton, "--scenarios-dir", str(tmp_path), "run", "refund_desk", "--auto-approve",
-                               "--profile", "demo", "--embedded"], env=env, capture_output=True, text=True,
-                              timeout=300)
+        run_example_through(tmp_path, double.url, BATON_INIT_START_TOKENS="1000000000", BATON_INIT_WINDOW="60000",
+                            BATON_INIT_THRESHOLD="40000")
     finally:
         double.stop()
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # Init's first request after each Execute turn: its prefix outlived the ten minutes in the cache.
     after_execute = [usage for (role, usage), (before, _) in zip(asked[1:], asked) if role == "init"
                      and before == "execute" and usage.get("input_tokens") is not None]

@@ -5,21 +5,12 @@ resolved through ``GET /v1/models`` and pinned, ``count_tokens``, and each step 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from scenarios.run import copy_scenario
-from tests.fake_api_support import KEY, stats, thinking_figures
+from tests.fake_api_support import KEY, baton_through, run_example_through, stats, thinking_figures
 from workers.fake_api.server import FakeApi, Running, start
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "scenarios" / "refund_desk"
-# A broker or a profile in the developer's shell must not turn this into another kind of run.
-UNSET = ("BATON_BROKER_URL", "CELERY_BROKER_URL", "BATON_PROFILE", "BATON_SCENARIOS_DIR", "ANTHROPIC_AUTH_TOKEN")
 
 pytestmark = pytest.mark.slow  # whole runs through the real SDK and the API double
 
@@ -32,13 +23,7 @@ def double() -> Iterator[Running]:
 
 
 def test_a_run_reaches_done_through_the_double(tmp_path, double):
-    copy_scenario(EXAMPLE, tmp_path / "refund_desk")
-    env = {name: value for name, value in os.environ.items() if name not in UNSET}
-    env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=double.url, COLUMNS="200")
-    baton = str(Path(sys.executable).parent / "baton")
-    done = subprocess.run([baton, "--scenarios-dir", str(tmp_path), "run", "refund_desk", "--auto-approve",
-                           "--profile", "demo", "--embedded"], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run_example_through(tmp_path, double.url)
 
     record = json.loads((tmp_path / "refund_desk" / "run.json").read_text())
     assert (record["phase"], record["status"]) == ("done", "succeeded")
@@ -75,14 +60,9 @@ def test_a_run_reaches_done_through_the_double(tmp_path, double):
 
 def test_a_copy_of_the_example_reaches_done_through_the_double(tmp_path, double):
     """The README's rehearsal on `baton new fa --from refund_desk`: the copy plays as it does embedded."""
-    env = {name: value for name, value in os.environ.items() if name not in UNSET}
-    env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=double.url, COLUMNS="200")
-    baton = [str(Path(sys.executable).parent / "baton"), "--scenarios-dir", str(tmp_path)]
-    created = subprocess.run([*baton, "new", "fa", "--from", "refund_desk"], env=env, capture_output=True, text=True,
-                             timeout=120)
+    created = baton_through(tmp_path, double.url, "new", "fa", "--from", "refund_desk", timeout=120)
     assert created.returncode == 0, created.stdout + created.stderr
-    done = subprocess.run([*baton, "run", "fa", "--auto-approve", "--profile", "demo", "--embedded"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = baton_through(tmp_path, double.url, "run", "fa", "--auto-approve", "--profile", "demo", "--embedded")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     record = json.loads((tmp_path / "fa" / "run.json").read_text())
     assert (record["phase"], record["status"]) == ("done", "succeeded")
