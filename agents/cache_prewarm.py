@@ -31,6 +31,7 @@ from agents.thinking import request_of
 from context.api_compaction import Unplannable, compaction_request
 from context.assembly import Assembled, ContextOverflow
 from context.cache_ttl import FIVE_MINUTES_S, ONE_HOUR_S
+from context.compaction_event import CompactionEvent
 from context.messages import Message, TextBlock
 
 PRIOR, PRIOR_WEIGHT = 0.5, 2.0  # before any handoff was measured: as likely long as short
@@ -44,12 +45,13 @@ def idles_after_handoffs(disk: AgentDisk) -> list[float]:
     return [b - a for (step, a), (_, b) in zip(starts, starts[1:]) if step in handoffs and b >= a]
 
 
-def next_turn(agent: Agent, disk: AgentDisk, assembled: Assembled) -> tuple[bool, bool]:
+def next_turn(agent: Agent, disk: AgentDisk, assembled: Assembled, event: CompactionEvent | None
+              ) -> tuple[bool, bool]:
     """(whether the next turn's first request will start with this request's messages, whether it will be a
     compaction). The first may not hold: baton's own compressor cuts an earlier round to its ends once past the
     start size, so a new turn lays out everything after the system prompt anew. The second is decided as the step
     will decide it, with the next opening as large as this turn's was (its size is measured, its text unknown)."""
-    history, event = disk.history(), disk.compaction()
+    history = disk.history()  # its own: the stand-in opening is appended to it
     opening = history.latest_opening(len(history.view))
     history.append(Message(role="user", content=[TextBlock(text=NEXT_OPENING)]))
     assembler = agent.assembler(disk, history)
@@ -57,7 +59,7 @@ def next_turn(agent: Agent, disk: AgentDisk, assembled: Assembled) -> tuple[bool
     n = len(assembled.messages) - 1
     ends, later = assembled.chain.ends if assembled.chain else [], following.chain.ends if following.chain else []
     extends = n <= 0 or (len(later) >= n and later[n - 1] == ends[n - 1])
-    scale = following.estimated_input / max(following.raw_tokens, 1)
+    scale = following.scale
     expected = following.estimated_input + (round(history.view[opening].tokens * scale) if opening is not None else 0)
     compacts = disk.state.compaction_due is not None or \
         assembler.should_compact(replace(following, estimated_input=expected), event)
@@ -78,13 +80,14 @@ def prewarm(disk: AgentDisk, agent: Agent, step: int) -> PrewarmEvent | None:
     if agent.model.label == "simulated":
         return None  # the simulated model in-process has no cache (through `baton fake-api` it has)
     try:
+        event = disk.compaction()
         assembler = agent.assembler(disk, disk.history())
-        assembled = assembler.assemble(disk.compaction())
-        extends, compacts = next_turn(agent, disk, assembled)
+        assembled = assembler.assemble(event)
+        extends, compacts = next_turn(agent, disk, assembled, event)
         if compacts:
             if agent.config.context.compactor != "api":
                 return None
-            asked, _, _ = compaction_request(assembler, disk.compaction(), "")
+            asked, _, _ = compaction_request(assembler, event, "")
             warmed = asked.messages
             body = asked.to_request(assembler.static, model=agent.config.model.name, max_tokens=0, ttl="1h")
             body.pop("compaction")  # the same messages and breakpoints; nothing is summarised yet
@@ -98,7 +101,7 @@ def prewarm(disk: AgentDisk, agent: Agent, step: int) -> PrewarmEvent | None:
     except (ConventionsError, ContextOverflow, Unplannable):
         return None  # the next step or compaction meets the same problem and says so
     rates = assembler.rates
-    scale = assembled.estimated_input / max(assembled.raw_tokens, 1)
+    scale = assembled.scale
     prefix = round(sum(m.tokens for m in warmed) * scale) + assembler.static.tokens
     newest = round(sum(m.tokens for m in warmed[-2:]) * scale)
     if not worth_it(idles_after_handoffs(disk), prefix, newest, rates.read, rates.write, rates.write_1h):

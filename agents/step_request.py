@@ -145,7 +145,7 @@ def ttl_for(disk: AgentDisk, assembler: Assembler, assembled: Assembled) -> str:
     """The TTL of this request's breakpoints (``context.cache_ttl``). What an idle would make the next request
     rewrite is the whole prefix; what this one writes is what the last request did not read (all of it for the
     first request and after a compaction), at least its newest step (the last two messages)."""
-    scale = assembled.estimated_input / max(assembled.raw_tokens, 1)
+    scale = assembled.scale
     written = round(sum(m.tokens for m in assembled.messages[-2:]) * scale)
     last = next((e for e in reversed(disk.events) if isinstance(e, StepEvent)), None)
     if last is None or (disk.compacted_after() or 0) >= last.step:

@@ -149,7 +149,7 @@ class ClearingServer:
         saved = sum(max(0, r.tokens - self._placeholder_tokens) for m in msgs for r in m.tool_results
                     if r.tool_use_id in new)
         if not self.sticky:  # clear_at_least is in the API's tokens: the engine's scale of the raw counts
-            scale = assembled.estimated_input / max(assembled.raw_tokens, 1)
+            scale = assembled.scale
             return saved * scale >= (edit.get("clear_at_least") or {}).get("value", 0)
         if self.payback == 0:
             return True

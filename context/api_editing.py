@@ -40,7 +40,7 @@ def clear_at_least(assembler: Assembler, assembled: Assembled) -> int:
     if first is None:
         return 0
     rewrite_raw = sum(m.tokens for m in assembled.messages[first:])
-    scale = assembled.estimated_input / max(assembled.raw_tokens, 1)
+    scale = assembled.scale
     return math.ceil(rewrite_raw * scale * rates.write / (rates.read * policy.payback_calls))
 
 

@@ -150,6 +150,11 @@ class Assembled:
     def raw_tokens(self) -> int:
         return sum(self.layers.values())
 
+    @property
+    def scale(self) -> float:
+        """The API's tokens per raw token of this request (the estimator's calibration), to count a part of it."""
+        return self.estimated_input / max(self.raw_tokens, 1)
+
     def to_request(self, static: StaticPrefix, *, model: str, max_tokens: int, ttl: str = "5m",
                    **extra: Any) -> dict[str, Any]:
         """The Messages API body with cache breakpoints (4 at most, as the API allows).
@@ -370,14 +375,13 @@ class Assembler:
             raise ValueError("nothing to send: the agent's log is empty; append its opening user message first")
         self.forget_tail(max(0, len(view) - 1))  # the last view message may have been merged since
         span = event.in_view(self.history) if event else ViewSpan(0, 0, 0)
-        base, cap_until = span.kept_from, span.kept_until
-        if event and event.block is not None:
-            cap_until = 0  # the kept turns go out as they were sent: a smaller cap would change them
+        by_api = event is not None and event.block is not None  # the API's compaction block leads
+        # The kept turns after the API's block go out as they were sent: a smaller cap would change them.
+        base, cap_until = span.kept_from, 0 if by_api else span.kept_until
         head: list[Message] = list(event.messages) if event else []
-        mid_round = bool(event) and base < len(view) and view[base].role == "assistant"
-        api_mid_round = mid_round and event is not None and event.block is not None
-        self._set_amend(self._pins(event, base, span.kept_until, api_mid_round) if event and event.block else ())
-        if mid_round and event and event.block is None:
+        mid_round = event is not None and base < len(view) and view[base].role == "assistant"
+        self._set_amend(self._pins(event, base, span.kept_until, mid_round) if by_api else ())
+        if mid_round and not by_api:
             head.append(self._reopening(base))  # the kept steps start mid-round
         pinned = sum(b.tokens for b in head[-1].content[:-1]) if len(head) == 3 else 0  # all but the bridge
         pinned += sum(block.tokens for _, block in self._amend)
@@ -419,7 +423,7 @@ class Assembler:
         assembled.request_fields = self.compactor.request_fields(event) | (asks(self, assembled) if asks else {})
         # A request that carries the API's compaction block needs its beta header, whichever compactor runs now.
         betas = getattr(self.compressor, "betas", list)()
-        assembled.betas = sorted({*betas, *([COMPACT_BETA] if event and event.block else [])})
+        assembled.betas = sorted({*betas, *([COMPACT_BETA] if by_api else [])})
         # An emergency trim changes the view on purpose too (the oldest verbatim steps compressed to fit).
         assembled.plan = f"{event.id if event else 0}:{base}:{len(starts)}:{starts[-1]}:{n_batches}:{managed}:{n_trim}"
         return assembled
