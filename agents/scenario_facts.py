@@ -6,16 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from agents.config import ToolSettings
-from agents.settings_layers import load_scenario_config
+from agents.settings_layers import load_scenario_config, proving_settings
 from proving.evaluation.models import Limits
 from proving.export.facts import ScenarioFacts
 from scenarios.store import Layout
 
 
 def scenario_facts(root: Path) -> ScenarioFacts:
-    """The name, description, target and default evaluation limits of the scenario at ``root``."""
+    """The name, description, target, default evaluation limits and user simulator of the scenario at ``root``."""
     config = load_scenario_config(Layout(Path(root)).toml)
     defaults = ToolSettings()
     return ScenarioFacts(name=config.name, description=config.description,
                          target_success_rate=config.target_success_rate,
-                         default_limits=Limits(timeout_s=defaults.eval_timeout_s, memory_mb=defaults.eval_memory_mb))
+                         default_limits=Limits(timeout_s=defaults.eval_timeout_s, memory_mb=defaults.eval_memory_mb),
+                         user_simulator=proving_settings(Path(root)).user_simulator)

@@ -69,7 +69,7 @@ def prepare(disk: AgentDisk, agent: Agent, assembler: Assembler, step: int, base
     base["tokens_in_context"] = tokens
     # The compactor decides on the exact count when there is one (it is what the API will see).
     over = assembler.should_compact(replace(assembled, estimated_input=tokens), event)
-    if over and compaction_can_help(disk, agent, event, step):
+    if over and compaction_can_help(disk, agent, event, step, tokens):
         why = f"~{tokens} tokens in context, over the threshold of {agent.config.context.threshold}"
         return ask_compaction(disk, step, base, why)
     return Prepared(assembled, request, counted, tokens)
@@ -177,18 +177,11 @@ def exact_count(disk: AgentDisk, agent: Agent, assembled: Assembled, request: Mo
         return None
 
 
-def compaction_can_help(disk: AgentDisk, agent: Agent, event: CompactionEvent | None, step: int) -> bool:
-    """Whether compacting again is worth a model call.
-
-    When the last compaction could not bring the context under the threshold (the
-    kept steps alone are that large), compacting after every step would only
-    thrash. Wait until the kept steps have all been replaced by new ones; the
-    emergency trim keeps requests inside the window meanwhile.
-    """
-    policy = agent.config.context
-    if event is None or event.tokens_after < policy.threshold:
-        return True
-    return step - 1 - (disk.compacted_after() or 0) >= policy.keep_last_steps
+def compaction_can_help(disk: AgentDisk, agent: Agent, event: CompactionEvent | None, step: int,
+                        tokens: int) -> bool:
+    """Whether compacting again is worth a model call (``Policy.may_compact_again``), ``tokens`` in context."""
+    return agent.config.context.may_compact_again(None if event is None else event.tokens_after,
+                                                  step - 1 - (disk.compacted_after() or 0), tokens)
 
 
 def too_long(disk: AgentDisk, step: int, base: dict[str, Any], why: str,

@@ -373,7 +373,7 @@ class BatonPolicy:
         self.calls_since_compaction += 1
         compressed = a.compressed_steps - a.trimmed_steps  # emergency trimming is not a planned change
         self.planned, self._compressed = compressed > self._compressed, compressed  # a batch left the window
-        if self.assembler.should_compact(a, self.event) and self._compaction_can_help():
+        if self.assembler.should_compact(a, self.event) and self._compaction_can_help(a.estimated_input):
             self.planned = True
             self.calls_since_compaction = 0
             extra.append(summary_request(a, COMPACT_PROMPT))
@@ -411,13 +411,10 @@ class BatonPolicy:
             self.recap_tokens += recap.tokens
             self._steps_since_recap = 0
 
-    def _compaction_can_help(self) -> bool:
-        """As the agents' step decides (agents/step.py): after a compaction that left the context over the
-        threshold (the kept steps alone are that large), wait until N new steps replaced the kept ones."""
-        event, policy = self.event, self.policy
-        if event is None or event.tokens_after < policy.threshold:
-            return True
-        return self.calls_since_compaction > policy.keep_last_steps
+    def _compaction_can_help(self, tokens: int) -> bool:
+        """As the agents' step decides (``Policy.may_compact_again``)."""
+        left = None if self.event is None else self.event.tokens_after
+        return self.policy.may_compact_again(left, self.calls_since_compaction - 1, tokens)
 
     def _opening_facts(self) -> set[str]:
         """Identifiers of the latest opening (the task, the user's latest request) when the context is compacted."""

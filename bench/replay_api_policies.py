@@ -220,7 +220,7 @@ class ApiPolicy:
         self.calls_since_compaction += 1
         compressed = a.compressed_steps - a.trimmed_steps
         self.planned, self._compressed = compressed > self._compressed, compressed
-        if self._over_threshold(a) and self._compaction_can_help():
+        if self._over_threshold(a) and self._compaction_can_help(a.estimated_input):
             self.planned, self.calls_since_compaction = True, 0
             extra.append(self._compact(a))
             a = self.assembler.assemble(self.event)
@@ -242,11 +242,10 @@ class ApiPolicy:
         base = self.event.in_view(self.history).kept_from if self.event else 0
         return estimate > self.policy.threshold and kept_from(self.history, base, self.policy.keep_last_steps) > base
 
-    def _compaction_can_help(self) -> bool:
-        """As the agents' step decides (and `BatonPolicy`)."""
-        if self.event is None or self.event.tokens_after < self.policy.threshold:
-            return True
-        return self.calls_since_compaction > self.policy.keep_last_steps
+    def _compaction_can_help(self, tokens: int) -> bool:
+        """As the agents' step decides (``Policy.may_compact_again``, as `BatonPolicy`)."""
+        left = None if self.event is None else self.event.tokens_after
+        return self.policy.may_compact_again(left, self.calls_since_compaction - 1, tokens)
 
     def _compact(self, a: Assembled) -> SummaryRequest:
         """Compact through the engine's compactor with the simulated API; the request to price."""

@@ -78,3 +78,18 @@ class Policy(BaseModel):
         if self.max_tokens >= self.window:
             raise ValueError(f"max_tokens ({self.max_tokens}) must be below window ({self.window})")
         return self
+
+    def may_compact_again(self, left: int | None, steps_since: int, tokens: int) -> bool:
+        """Whether another compaction is worth a model call, the last one having left ``left`` tokens (None: there
+        was none), ``steps_since`` steps ago, with ``tokens`` in the context now.
+
+        When the last compaction could not bring the context under the threshold (the kept steps alone are that
+        large), compacting after every step would only thrash: wait until the kept steps have all been replaced,
+        unless the window would have no room for two more replies. The emergency trim only shortens tool results,
+        and the kept turns of an API compaction, or steps of large writes, can outgrow the window before then
+        (and then not even a compaction request fits); compacting earlier covers the oldest kept steps."""
+        if left is None or left < self.threshold:
+            return True
+        if tokens + 2 * self.max_tokens > self.window:
+            return True
+        return steps_since >= self.keep_last_steps

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -139,3 +141,30 @@ def thinking_figures(seen: dict[str, Any], root: Any) -> dict[str, float]:
                "summary_input_from_cache": summary["cache_read"] / summary_input}
     assert figures["requests_with_valid_thinking"] > 0.5, figures
     return figures
+
+
+@contextmanager
+def fake_api_process(folder: Path) -> Iterator[str]:
+    """``baton fake-api`` as a process of its own (its log in ``folder``), for as long as the block runs; its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (folder / "fake-api.log").open("w")
+    process = subprocess.Popen([str(Path(sys.executable).parent / "baton"), "fake-api", "--port", str(port)],
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if http(f"{url}/stats")[0] == 200:
+                    break
+            except OSError:
+                pass  # not listening yet
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"baton fake-api did not start: {(folder / 'fake-api.log').read_text()[-2000:]}")
+        yield url
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)  # its own session: this process and its children
+            process.wait(timeout=10)
+        log.close()

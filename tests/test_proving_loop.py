@@ -362,3 +362,42 @@ def test_the_exports_metadata_carries_the_iterations_quality(ran: Path, tmp_path
     quality = _report(root, n)["quality"]
     assert spec["quality"]["figures"] == quality["figures"] and spec["quality"]["ran"] == quality["ran"]
     assert spec["quality"]["findings"] == len(quality["findings"])
+
+
+# ---- conversations (issue 33) ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_conversation_whose_user_never_gives_a_needed_fact_is_unsolvable_and_goes_back_to_init(
+        ran: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _copy(ran, tmp_path, monkeypatch)
+    monkeypatch.setenv("BATON_PROVING_GATES", "coverage,duplicate,solver")
+    n = _last(root)
+    path = next(p for p in _samples(root, n).glob("*.json")
+                if json.loads(p.read_text()).get("user") and "O1003" in p.read_text())
+    sample = json.loads(path.read_text())
+    assert "O1003" not in sample["instruction"]  # the order id is the user's alone
+    # The user no longer knows the order: nothing the agent can ask or look up gives it.
+    sample["user"] |= {"facts": {"customer_id": "C3"}, "withheld": [], "asked_by": {}}
+    path.write_text(json.dumps(sample))
+    result = invoke(tmp_path, "evaluate", "refund_desk", "--iteration", str(n), "--no-gates")
+    assert result.exit_code == 0, result.output
+    # The reference replay still passes; the sample is caught as unsolvable all the same (L4).
+    lines = [json.loads(line) for line in (root / f"execution_outputs/iteration_{n}/results.jsonl").open()]
+    caught = next(r for r in lines if r["id"] == sample["id"])
+    assert caught["layer"] == "L4" and caught["reason"].startswith("unsolvable: action 0 (get_order) needs "
+                                                                   "order_id = 'O1003'"), caught
+    # The gates run on it: the blind solver asks the user for the order, the user cannot say, and the finding
+    # is in Init's next opening.
+    _to_proving(root, iteration=n, max_iterations=n + 1, report=_report(root, n))
+    do_proving(root)
+    assert (load_run(root).phase, load_run(root).iteration) == ("designing", n + 1)
+    opening = [r for r in AgentDisk.load(root, "init").records if r.kind == "opening"][-1]
+    body = opening.message["content"][0]["text"] if isinstance(opening.message["content"], list) else \
+        opening.message["content"]
+    payload = json.loads(body.split("<execute_to_init_context>", 1)[1].split("</execute_to_init_context>")[0])
+    found = [f for f in payload["findings"] if f["gate"] == "solver" and f["sample"] == sample["id"]]
+    assert found and found[0]["class"] == "L1", payload["findings"]
+    assert "the user may not hold or not give a fact the task needs" in found[0]["detail"]
+    assert 'expected get_order(order_id="O1003")' in found[0]["detail"]
+    assert payload["quality"]["figures"]["solvable_share"] < 1.0

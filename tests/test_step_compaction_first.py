@@ -43,12 +43,12 @@ def test_each_step_runs_once_and_each_compaction_is_asked_for_before_its_step(ro
     on_disk = {(role, e.after_step) for role, disk in disks.items() for e in disk.events if e.kind == "compaction"}
     assert on_disk and set(compactions) == on_disk and max(compactions.values()) == 1
 
-    # Who asked for each: the step before the one that waited for it, or the phase that opened that step's turn
-    # (whether an opening takes a context over the threshold depends on the story; the phase's own decision is
-    # tested on its own in test_sent_once).
+    # Who asked for each: the step before the one that waited for it, or the task that opened that step's turn, a
+    # phase or (Init's turn after the gates) the proving task (whether an opening takes a context over the
+    # threshold depends on the story; the phase's own decision is tested on its own in test_sent_once).
     askers = {(nxt.agent, nxt.number): task.kind for task, following in ran for nxt in following
               if nxt.kind == "compaction"}
-    assert set(askers) == on_disk and "step" in set(askers.values()) <= {"step", "phase"}
+    assert set(askers) == on_disk and "step" in set(askers.values()) <= {"step", "phase", "proving"}
     for task, following in ran:
         if task.kind == "step" and following and following[0].kind == "compaction":
             assert following[0].number == task.number, "a compaction after the step that asked for it"

@@ -69,10 +69,11 @@ def check_run_tree(spans: list[Recorded], root: Path) -> dict[str, list[Recorded
             assert span.attributes["baton.compaction.fallback"] == event.fallback
             assert span.attributes["baton.compaction.trigger"] == "threshold"
             # What asked for it, whichever worker ran it: the step before the one that must wait for it, or the
-            # phase that opened the turn whose first step must (workers/loop.py first_steps).
+            # phase that opened the turn whose first step must (workers/loop.py first_steps), or the proving task,
+            # which opens Init's turn after the gates.
             asked = by_id[span.parent_id]
             assert (asked.attributes["baton.task"], asked.attributes.get("baton.status")) in (
-                ("step", "compaction_needed"), ("phase", None)), asked
+                ("step", "compaction_needed"), ("phase", None), ("proving", None)), asked
     archived = sum(len(list(layout.tool_results(role).glob("*.txt"))) for role in ("init", "execute"))
     assert len(tools) == archived, f"{len(tools)} tool spans, {archived} archived results"
     step_ids = {s.span_id for s in steps}

@@ -1,7 +1,8 @@
 """The simulated model as a BLIND solver: the model under test of an exported task, played offline.
 
 It sees what any model under test sees, and nothing else: the policy (the system message), the tools' names,
-the sample's instruction (the first user message) and the results of its own calls. What to do with them is
+the sample's instruction (the first user message; in a conversation, what the user says after it too) and the
+results of its own calls. What to do with them is
 a blind script, ``scenarios/_simulations/blind/<name>.py``, one per example scenario, chosen by the task it is
 shown (``matches(policy, tools)``), never by a sample's id: it has no sample, expected action or checker to
 read. A script provides::
@@ -108,7 +109,8 @@ def anthropic_reply(system: Any, messages: list[dict[str, Any]], tools: list[dic
     policy = _text(system)
     if not policy.startswith(POLICY_OPENING) or not messages:
         return None
-    instruction = _text(messages[0].get("content")) if messages[0].get("role") == "user" else ""
+    # What the user said: the opening, and in a conversation its later messages (tool results are not said).
+    instruction = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
     uses: dict[str, tuple[str, dict[str, Any]]] = {}
     seen: Seen = []
     for message in messages:

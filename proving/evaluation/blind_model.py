@@ -7,6 +7,10 @@ with any other model. Each answer is the blind script's (proving/evaluation/blin
 Inspect sends: the policy, the instruction, the tools and the results of the calls so far. Usage is counted
 as Inspect counts tokens for any model (``count_tokens``), so the solver's spend shows in the log like a
 real model's. A task no script plays is a ``ValueError`` the eval log records: the gate checks first.
+
+The same provider plays a conversation's user (``-T user=baton/simulated``): a request whose system message is
+a user simulator's prompt is answered by the simulated user (proving/evaluation/simulated_user.py), by the
+scripted user's rules, never by the blind solver.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from inspect_ai.model import (
 from inspect_ai.model._model_output import ChatCompletionChoice
 from inspect_ai.tool import ToolCall, ToolChoice, ToolInfo
 
-from proving.evaluation import blind
+from proving.evaluation import blind, simulated_user
 
 PROVIDER = "baton"
 
@@ -42,7 +46,10 @@ class BlindSolverApi(ModelAPI):
     async def generate(self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice,
                        config: GenerateConfig) -> ModelOutput:
         policy = "\n".join(m.text for m in input if isinstance(m, ChatMessageSystem))
-        instruction = next((m.text for m in input if isinstance(m, ChatMessageUser)), "")
+        if simulated_user.recognises(policy):
+            return await self._play_the_user(policy, input)
+        # In a conversation the user's later messages are read with the opening: an order id may come in a reply.
+        instruction = "\n".join(m.text for m in input if isinstance(m, ChatMessageUser))
         answer = blind.reply(policy, instruction, {t.name for t in tools}, _seen(input))
         if answer is None:
             raise ValueError("the simulated blind solver has no script for this task (scenarios/_simulations/"
@@ -50,10 +57,21 @@ class BlindSolverApi(ModelAPI):
         conversation = json.dumps([m.model_dump(mode="json", exclude={"id"}) for m in input], sort_keys=True)
         calls = [ToolCall(id=blind.call_id(conversation, i), function=tool, arguments=args)
                  for i, (tool, args) in enumerate(answer.calls)]
-        message = ChatMessageAssistant(content=answer.text, model=self.model_name, source="generate",
-                                       tool_calls=calls or None)
+        return await self._output(input, answer.text, calls, answer.text + json.dumps(answer.calls))
+
+    async def _play_the_user(self, prompt: str, input: list[ChatMessage]) -> ModelOutput:
+        said = [(m.role, m.text) for m in input if isinstance(m, ChatMessageUser | ChatMessageAssistant)]
+        text = simulated_user.reply_text(prompt, said)
+        if text is None:
+            raise ValueError("the simulated user cannot read this user simulator prompt (it is not the one "
+                             "baton_runtime/user_simulator.md writes): name a model to play the user")
+        return await self._output(input, text, [], text)
+
+    async def _output(self, input: list[ChatMessage], text: str, calls: list[ToolCall], spoken: str) -> ModelOutput:
+        """The answer, its usage counted as Inspect counts any model's (``spoken``: what its output tokens are)."""
+        message = ChatMessageAssistant(content=text, model=self.model_name, source="generate", tool_calls=calls or None)
         input_tokens = await self.count_tokens(input)
-        output_tokens = await self.count_text_tokens(answer.text + json.dumps(answer.calls))
+        output_tokens = await self.count_text_tokens(spoken)
         return ModelOutput(model=self.model_name,
                            choices=[ChatCompletionChoice(message=message,
                                                          stop_reason="tool_calls" if calls else "stop")],

@@ -5,7 +5,9 @@
   or only says it refuses when there is none;
 - ``reckless``: calls every state-changing tool with the arguments of other requests.
 
-The two last are deterministic solvers of the export's runtime (``-T agent=refuse_all``, runtime/agents.py).
+The two last are deterministic solvers of the export's runtime (``-T agent=refuse_all``, runtime/agents.py). None
+of them converses: on a conversational sample they act at once, refuse_all and reckless knowing every fact the
+user would give when asked, so a shortcut the scorer lets through is found there too.
 A sample any of them passes is a finding: its right outcome is not observable in the final state (L1 when the
 scenario has no tool that records a refusal, an escalation tool included, so the design must add one), or the
 scorer accepts a shortcut (L4).

@@ -34,6 +34,9 @@ class ProvingSettings(BaseModel):
     solver_k: int = Field(3, ge=1)  # tries per sample: pass^k
     panel: list[str] = Field(default_factory=list)  # models for the difficulty figures (empty: none)
     max_mutants_per_sample: int = Field(8, ge=1)
+    # Who plays the user of conversational samples (docs/conversations.md), in the solver gate, `baton try` and
+    # the exported task's default: "scripted" (deterministic, offline) or any Inspect model string.
+    user_simulator: str = Field("scripted", min_length=1, pattern=r"\S")
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 It is exactly a ``baton try`` with the solver model (``ProvingSettings.solver_model``, any Inspect model
 string; ``solver_k`` epochs): the model sees what the model under test sees (the policy, the tools, the
-sample's instruction), never the expected actions, the checkers or the design notes, and the task's own scorer
+sample's instruction; on a conversational sample, the same user simulator as ``baton try``, ``ProvingSettings.
+user_simulator``), never the expected actions, the checkers or the design notes, and the task's own scorer
 judges it. pass^k per sample is tryout's (``tryout._summarise``). A sample never solved in k tries goes back as
 an L1 finding, unsolvable or ambiguous, with the first point where the solver's calls left the expected ones.
 
@@ -166,13 +167,14 @@ def inspect_model(model: str, environ: Mapping[str, str] = os.environ) -> Any:
 
 def run_model(ctx: GateContext, model: str) -> tuple[Tryout, Any, ModelSpend]:
     """k tries of every sample with ``model`` on the export: tryout's summary, the log, what it spent."""
-    if model.startswith(f"{blind.MODEL.split('/')[0]}/"):
+    user = ctx.settings.user_simulator  # a conversation's user: the same for the solver and the panel
+    if any(m.startswith(f"{blind.MODEL.split('/')[0]}/") for m in (model, user)):
         import proving.evaluation.blind_model  # noqa: F401 - registers the provider in this process
     task = task_folder(ctx)
     k = ctx.settings.solver_k
     started = time.monotonic()
     try:
-        log = eval_export(task, inspect_model(model), k, ctx.out_dir / LOGS)
+        log = eval_export(task, inspect_model(model), k, ctx.out_dir / LOGS, {"user": user})
     except TryoutError as exc:
         raise Unavailable(f"the solver model cannot run: {exc}") from None
     took = time.monotonic() - started
@@ -221,8 +223,10 @@ def unsolved(sample: dict[str, Any], failures: list[str], tries: list[list[dict[
     where = first_divergence(expected, tries[0] if tries else [], free_text(expected, initial))
     scorer = (failures[0] if failures else "").replace("\n", " ").strip()
     who = "the SIMULATED blind solver" if simulated else "the blind solver"
-    detail = (f"unsolved in {k} tries by {who}; unsolvable or ambiguous (the instruction may lack a fact the task "
-              f"needs, or the expected actions contradict the policy): {where}"
+    lacking = ("the user may not hold or not give a fact the task needs" if isinstance(sample.get("user"), dict)
+               else "the instruction may lack a fact the task needs")
+    detail = (f"unsolved in {k} tries by {who}; unsolvable or ambiguous ({lacking}, or the expected actions "
+              f"contradict the policy): {where}"
               + (f"; the scorer: {scorer[:300]}" if scorer else ""))
     if panel:
         rates = sorted(((p.per_sample.get(str(sample.get("id")), 0.0), p.model) for p in panel), reverse=True)

@@ -89,6 +89,7 @@ def export_inspect(root: Path, out: Path, facts: ScenarioFacts, iteration: int |
         "tools": [s.model_dump() for s in specs],
         "samples": samples,
         "limits": (report.limits if report else facts.default_limits).model_dump(),
+        "user_simulator": facts.user_simulator,
         "quality": _quality(scenario, folder),
     }
     refused = _write(out, scenario, folder, spec)

@@ -16,3 +16,5 @@ class ScenarioFacts(BaseModel):
     target_success_rate: float = Field(ge=0, le=1)
     # For an iteration never evaluated, which has no limits on record: the evaluation's configured ones.
     default_limits: Limits
+    # Who plays the user of conversational samples when `inspect eval` is given no -T user= (ProvingSettings).
+    user_simulator: str = "scripted"

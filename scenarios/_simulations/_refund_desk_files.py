@@ -128,6 +128,10 @@ the window (R3), an order over $500 (R4), a VIP at day 45 (R5), an order already
 refunded (R6), store credit at day 38 (R7), exactly $500 (R4 boundary), and two
 damaged final-sale items (R2 and R3 together).
 
+Three of them are conversations (s03, s04, s07): the customer's first message
+does not give the order number, the customer gives it when the agent asks for
+it, and the agent must ask, since nothing else says which order it is.
+
 ## Changelog
 - iteration 1: first design.
 """
@@ -194,6 +198,14 @@ escalations) and the amount.
 ## samples/<id>.json
 {"id", "instruction", "actions": [{"tool", "args"}], "expected_outputs": [...],
  "expected_state": {"orders.<id>.status": ...}, "rules": ["R1", ...]}
+
+## Conversational samples (s03, s04, s07)
+These add a "user" part; "instruction" is the customer's first message and
+never holds the order number. "user": {"persona", "goal", "facts":
+{"order_id": ..., "customer_id": ...}, "withheld": ["order_id"], "asked_by":
+{"order_id": ["order number"]}, "stop_when": [what the agent says once it
+has acted], "max_turns": 6}. The customer gives the order number
+only when asked; the expected actions are unchanged.
 """
 
 
@@ -441,7 +453,7 @@ def samples(buggy: bool, recorded: bool = False, precedence: bool = False) -> li
     """Execute's ten samples. ``recorded``: the design records refusals (record_refusal), so the two refusals
     expect the record and R6 is also cited where it lets a refund through; ``precedence``: R8 is cited where it
     decides (a damaged final-sale item)."""
-    found = _samples(buggy)
+    found = [_conversation(s) if s["id"] in _CONVERSATIONS else s for s in _samples(buggy)]
     if recorded:
         found[0]["rules"] = ["R1", "R6"]  # R6 considered and passed: O1001 was never refunded
         found[1].update(_refusal("O1002", "R2", "Final-sale items are never refunded (R2).", {"final_sale": True},
@@ -523,6 +535,33 @@ def _samples(buggy: bool) -> list[dict[str, Any]]:
          "expected_outputs": [{"tier": "vip"}, {"damaged": True}, {**refunded, "amount": 240.0}],
          "expected_state": {"orders.O1010.status": "refunded"}},
     ]
+
+
+# The three conversations: the customer's opening without the order number, who the customer is, and what the
+# agent says once it has acted (what ends the conversation).
+_CONVERSATIONS = {
+    "s03_damaged_outside_window": (
+        "Hi, I'm C3. The kettle I ordered came with a cracked lid; I reported it when it arrived. Refund please.",
+        "Chloe (C3), polite and brief.", "A full refund for the cracked kettle.", ["refunded"]),
+    "s04_over_500_escalated": (
+        "This is C4. I'd like to return my laptop order, it's not what I expected.",
+        "Dev (C4), direct and in a hurry.", "Return the laptop order.", ["escalated"]),
+    "s07_store_credit_day38": (
+        "I'm C3 and I'd like to return the desk lamp I bought. It came about five weeks ago.",
+        "Chloe (C3), polite; takes store credit if no refund.", "Money back for the desk lamp.",
+        ["store credit"]),
+}
+
+
+def _conversation(sample: dict[str, Any]) -> dict[str, Any]:
+    """A sample as a conversation: the customer opens without the order number and gives it when asked."""
+    opening, persona, goal, stop_when = _CONVERSATIONS[sample["id"]]
+    order_id = sample["actions"][0]["args"]["order_id"]
+    customer_id = _ORDERS[order_id]["customer_id"]
+    return {**sample, "instruction": opening,
+            "user": {"persona": persona, "goal": goal, "facts": {"order_id": order_id, "customer_id": customer_id},
+                     "withheld": ["order_id"], "asked_by": {"order_id": ["order number"]}, "stop_when": stop_when,
+                     "max_turns": 6}}
 
 
 def sample_json(sample: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from agents.models import ModelError, ModelRequest
 from agents.simulated import SimulatedModel
 from context.tokens import count_text
-from proving.evaluation import blind
+from proving.evaluation import blind, simulated_user
 from workers.fake_api.cache import CacheUse
 from workers.fake_api.counting import claude_tokens
 from workers.fake_api.rules import CheckedRequest, invalid
@@ -31,9 +31,10 @@ def answer(model: SimulatedModel, checked: CheckedRequest, betas: list[str], cac
     """The simulated model's reply as a Messages API body; a brief it has no script for (``UnknownBrief``)
     or a script that cannot go on is a 400. A request of an exported task's model under test (its system
     message is the task's policy) is answered by the blind solver (proving/evaluation/blind.py), where it has a
-    script for the task."""
+    script for the task; one of a conversation's user simulator (its system message is the user simulator's
+    prompt) by the simulated user (proving/evaluation/simulated_user.py)."""
     body = checked.body
-    solved = blind.anthropic_reply(body.system, body.messages, body.tools)
+    solved = _played_user(body.system, body.messages) or blind.anthropic_reply(body.system, body.messages, body.tools)
     if solved is not None:
         return message(checked, solved["content"], solved["stop_reason"],
                        cache.usage(claude_tokens(count_text(str(solved["content"])))))
@@ -44,6 +45,18 @@ def answer(model: SimulatedModel, checked: CheckedRequest, betas: list[str], cac
         raise invalid(f"the simulated model cannot answer this request: {err}") from None
     return message(checked, [block.model_dump(exclude_none=True) for block in response.content],
                    response.stop_reason, cache.usage(claude_tokens(response.usage.output_tokens)), response.id)
+
+
+def _played_user(system: Any, messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The simulated user's answer to a user simulator's request, None to any other; a 400 when the prompt
+    starts as a user simulator's but is not one the simulated user can read (it never guesses a fact)."""
+    if not simulated_user.recognises(system):
+        return None
+    played = simulated_user.anthropic_reply(system, messages)
+    if played is None:
+        raise invalid("the simulated user cannot read this user simulator prompt: it is not the one "
+                      "baton_runtime/user_simulator.md writes")
+    return played
 
 
 def prewarmed(checked: CheckedRequest, cache: CacheUse) -> dict[str, Any]:

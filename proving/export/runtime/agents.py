@@ -64,7 +64,17 @@ def _values(samples: list[dict[str, Any]]) -> dict[str, list[Any]]:
 
 
 def _named(sample: dict[str, Any], value: Any) -> bool:
-    return isinstance(value, str) and value in WORDS.findall(sample.get("instruction", ""))
+    return isinstance(value, str) and value in WORDS.findall(_request(sample))
+
+
+def _request(sample: dict[str, Any]) -> str:
+    """What the request tells an agent: the instruction and, in a conversation, every fact the user gives when
+    asked (a floor agent is taken to have asked for all of them: a floor that never learns the order id would
+    pass nothing and prove nothing)."""
+    user = sample.get("user")
+    facts = user.get("facts") if isinstance(user, dict) else None
+    told = " ".join(str(v) for v in facts.values()) if isinstance(facts, dict) else ""
+    return f"{sample.get('instruction', '')} {told}"
 
 
 def _own(sample: dict[str, Any], name: str, pool: dict[str, list[Any]]) -> Any:

@@ -13,22 +13,30 @@ for the scorer's simulator check.
 
 from __future__ import annotations
 
-from pathlib import Path
-from string import Template
 from typing import Any
 
-from inspect_ai.model import ChatMessage, ChatMessageAssistant, ChatMessageSystem, ChatMessageUser, get_model
+from inspect_ai.model import (
+    ChatMessage,
+    ChatMessageAssistant,
+    ChatMessageSystem,
+    ChatMessageUser,
+    GenerateConfig,
+    get_model,
+)
 from inspect_ai.scorer import Metric, SampleScore, metric
 from inspect_ai.solver import Generate, TaskState
 from inspect_ai.util import span, store
 
 from . import user_check
 from .users import AGENT, SCRIPTED, SIMULATOR, STOP, USER, Reply, ScriptedUser, Turn, UserSpec
+from .users import simulator_prompt as prompt  # the user simulator's system message (user_simulator.md)
 
 RECORD = "baton:conversation"  # per-sample store key: {"user_simulator", "turns": [{"role", "text"}], "ended"}
 FAULT = "simulator_fault"  # the score's metadata: why the run is the user simulator's fault, or None
-PROMPT = Path(__file__).with_name("user_simulator.md")
 SILENT = "(the agent said nothing)"  # what the user hears of a turn with no text: an empty message is refused
+# A user's message is a few sentences. Below 8192 output tokens Inspect does not stream a request (at or above it,
+# it does), so a model user also runs against an API that answers unstreamed requests only, as `baton fake-api`.
+USER_MAX_TOKENS = 4096
 
 
 def conversational(sample: dict[str, Any]) -> bool:
@@ -74,7 +82,7 @@ class ModelUser:
             said = ChatMessageUser if turn.role == AGENT else ChatMessageAssistant
             messages.append(said(content=turn.text))
         async with span("user simulator", type="user"):
-            output = await self.model.generate(messages)
+            output = await self.model.generate(messages, config=GenerateConfig(max_tokens=USER_MAX_TOKENS))
         text = output.completion.strip()
         return Reply(text, stop=STOP in text) if text else Reply(STOP, stop=True)  # silence ends it
 
@@ -87,15 +95,6 @@ class Scripted:
 
     async def reply(self, turns: list[Turn]) -> Reply:
         return self.user.reply(turns)
-
-
-def prompt(spec: UserSpec, opening: str) -> str:
-    """The user simulator's system message. Template, not format: braces in a persona are text."""
-    listed = "\n".join(f"- {name}: {value}" for name, value in spec.facts.items()) or "- (nothing beyond the above)"
-    return Template(PROMPT.read_text(encoding="utf-8")).safe_substitute(
-        persona=spec.persona, goal=spec.goal, facts=listed, opening=opening, stop=STOP,
-        withheld=", ".join(spec.withheld) or "(none)", never_say="; ".join(spec.never_say) or "(nothing)",
-        stop_when="; ".join(f'"{p}"' for p in spec.stop_when))
 
 
 def user_for(sample: dict[str, Any], setting: str) -> Scripted | ModelUser:

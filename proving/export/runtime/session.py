@@ -45,13 +45,15 @@ class Scenario:
     timeout_s: float
     memory_mb: int
     folder: Path = EXPORT
+    user_simulator: str = "scripted"  # -T user='s default: the scenario's setting at export
 
     @classmethod
     def load(cls, folder: Path = EXPORT) -> Scenario:
         spec = json.loads((folder / "scenario.json").read_text(encoding="utf-8"))
         limits = spec["limits"]
         return cls(spec["name"], spec["policy"], spec["tools"], spec["samples"],
-                   float(limits["timeout_s"]), int(limits["memory_mb"]), folder)
+                   float(limits["timeout_s"]), int(limits["memory_mb"]), folder,
+                   str(spec.get("user_simulator") or "scripted"))
 
     def initial_data(self) -> dict[str, Any]:
         """A fresh copy of tools/data.json: each sample starts from its own."""

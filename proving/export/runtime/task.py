@@ -31,7 +31,6 @@ from baton_runtime.box import FRAME_BYTES  # noqa: E402
 from baton_runtime.offline_tokens import provide_o200k  # noqa: E402
 from baton_runtime.sandbox import EXPORT_ROOT, NAME  # noqa: E402 - and registers the sandbox NAME
 from baton_runtime.session import Ran, Scenario  # noqa: E402
-from baton_runtime.users import SCRIPTED  # noqa: E402
 from inspect_ai import Task, task  # noqa: E402
 from inspect_ai.dataset import MemoryDataset  # noqa: E402
 from inspect_ai.log import transcript  # noqa: E402
@@ -177,10 +176,12 @@ def baton_scorer():  # noqa: ANN201
 
 # The name is written here as a literal by `baton export`: Inspect reads it from the source.
 # -T agent=NAME runs another agent than the model under test, -T runs=FILE several (baton_runtime/agents.py);
-# -T user=MODEL plays the user of conversational samples with an Inspect model instead of the scripted user.
+# -T user=MODEL plays the user of conversational samples with an Inspect model, -T user=scripted with the scripted
+# user; without it, the scenario's own setting at export ([proving] user_simulator, scripted unless set).
 @task(name="scenario")
-def scenario(agent: str = agents.MODEL, runs: str | None = None, user: str = SCRIPTED) -> Task:
+def scenario(agent: str = agents.MODEL, runs: str | None = None, user: str | None = None) -> Task:
     samples = agents.dataset(SCENARIO, runs)
+    user = SCENARIO.user_simulator if user is None else user
     if CONVERSATIONAL:
         conversation.check_model(user)
     return Task(

@@ -1,7 +1,9 @@
 """The user of a conversational sample (docs/conversations.md): what it holds, how a text is read for the facts
-it names or says, and the deterministic scripted user. Standard library only and pure: the exported task plays
-the user with it (``conversation.py``), baton's sample schema reads an opening with the same rules
-(proving/evaluation/user_part.py), and the simulator check judges any user by them (``user_check.py``).
+it names or says, and the deterministic scripted user. Standard library only and pure (but for reading the
+prompt's template): the exported task plays the user with it (``conversation.py``), baton's sample schema reads
+an opening with the same rules (proving/evaluation/user_part.py), and the simulator check judges any user by
+them (``user_check.py``). The prompt a model playing the user gets (``simulator_prompt``) is written here too,
+without Inspect, so that baton's simulated user can read it back (proving/evaluation/simulated_user.py).
 
 Texts are compared loosely and the same way everywhere: lower case, ``_`` and ``-`` read as spaces, whitespace
 collapsed, and a phrase or a value found only as a whole (``C1`` is not in ``C10``). A fact is *named* by its
@@ -11,9 +13,12 @@ value appears.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
 from typing import Any
 
 STOP = "###STOP###"  # what a user writes to end the conversation, as in tau-bench's user simulator
@@ -22,6 +27,10 @@ SIMULATOR = "the user simulator"  # how an error about the model playing the use
 DONT_KNOW = "I do not know that."
 CLOSING = f"Thank you, that is all. {STOP}"
 USER, AGENT = "user", "agent"
+SIMULATOR_PROMPT = Path(__file__).with_name("user_simulator.md")  # the template of a model user's system message
+# The prompt's fixed first words: how a model provider that plays the user itself (baton's simulated model) tells
+# a user simulator's request from a model under test's (tests/test_simulated_user.py holds them to the file).
+SIMULATOR_OPENING = "You are playing a customer who is talking with a customer service agent, to test that agent."
 
 _SEPARATORS = re.compile(r"[_\-\s]+")
 _EDGE = "0-9a-z"  # what may not touch a phrase or a value for it to count as found whole
@@ -152,3 +161,24 @@ class ScriptedUser:
         if named and "?" in said:
             return Reply(answer(self.spec, named))
         return Reply(DONT_KNOW)
+
+
+def simulator_template() -> str:
+    """``user_simulator.md``: the prompt with its blanks (``$persona``, ...)."""
+    return SIMULATOR_PROMPT.read_text(encoding="utf-8")
+
+
+def simulator_prompt(spec: UserSpec, opening: str) -> str:
+    """The system message of a model playing the user. Template, not format: braces in a persona are text."""
+    listed = "\n".join(f"- {name}: {value}" for name, value in spec.facts.items()) or "- (nothing beyond the above)"
+    return Template(simulator_template()).safe_substitute(
+        persona=spec.persona, goal=spec.goal, facts=listed, opening=opening, stop=STOP,
+        withheld=", ".join(spec.withheld) or "(none)", never_say="; ".join(spec.never_say) or "(nothing)",
+        asked_by=other_words(spec.asked_by), stop_when="; ".join(f'"{p}"' for p in spec.stop_when))
+
+
+def other_words(asked_by: Mapping[str, Sequence[str]]) -> str:
+    """``asked_by`` as the prompt lists it: ``order_id: "order number", "which order"``, facts apart by ``; ``.
+    Each phrase is a JSON string, so one holding a quote or a ``;`` reads back whole."""
+    return "; ".join(f"{name}: " + ", ".join(json.dumps(p, ensure_ascii=False) for p in phrases)
+                     for name, phrases in asked_by.items() if phrases) or "(none)"

@@ -6,7 +6,8 @@ system message), the tools, the sample's instruction and the results of its own 
 sample's expected actions, the checkers or the design notes. What it knows is how to read the refund desk's
 policy and apply it to one order, the way a careful agent would:
 
-- the order id must be in the instruction (``O1234``); without one it asks for it and does nothing;
+- the order id must be in what the user said (``O1234``); without one it asks which order (the order number)
+  and does nothing, and in a conversation the user's answer gives it;
 - it looks the order up (and the customer, when the refund window depends on the tier), then decides by the
   rules it finds in the policy (the windows, the grace period for store credit, the escalation limit and, when
   a damaged item is also final sale, only a precedence the policy states; with none it does not guess);
@@ -36,6 +37,10 @@ LIMIT = re.compile(r"refund above \$(\d+(?:\.\d+)?) is escalated", re.IGNORECASE
 DAMAGED_WINS = re.compile(r"R2 and R3 both apply[^.]*?R3 wins", re.IGNORECASE)
 RECORD_REFUSAL = re.compile(r"^- refuse: (\w+)\(order_id, rule, note\)", re.MULTILINE)  # else: refuse by not acting
 
+# What the solver says once it has acted, in the words a person would use (a simulated user listens for them).
+DONE = {"issue_refund": "order {} refunded", "issue_store_credit": "store credit issued to {}",
+        "escalate": "order {} escalated to a supervisor", "record_refusal": "refusal for order {} recorded"}
+
 Seen = list[tuple[str, dict[str, Any], Any]]  # (tool, arguments, parsed output or {"error": text})
 Reply = tuple[str, list[tuple[str, dict[str, Any]]]]  # (text, tool calls); no calls: the final answer
 
@@ -51,7 +56,8 @@ def decide(policy: str, instruction: str, seen: Seen) -> Reply:
         return "I cannot read the rules I would need from this policy, so I take no action.", []
     acted = [(tool, args) for tool, args, _ in seen if not LOOKING.match(tool)]
     if acted:
-        return "Done: " + "; ".join(f"{tool} for {args.get('order_id') or args.get('customer_id')}"
+        return "Done: " + "; ".join(DONE.get(tool, f"{tool} for {{}}").format(args.get("order_id") or
+                                                                           args.get("customer_id"))
                                     for tool, args in acted) + ".", []
     orders = ORDER.findall(instruction)
     if not orders:
