@@ -119,3 +119,25 @@ def test_inspect_eval_of_the_export_runs_the_conversations_through_baton_fake_ap
     # The user's model was asked once per user turn after the opening, in every conversation.
     replies = sum(role == "user" for turns in said.values() for role, _ in turns) - len(said)
     assert seen["models"]["claude-haiku-5-5"] == replies
+
+
+def test_the_scenarios_user_simulator_is_the_exports_default(finished_run: SharedRun, tmp_path: Path):
+    root = finished_run.copy_to(tmp_path / "scenarios")
+    toml = root / "scenario.toml"
+    toml.write_text(toml.read_text().replace('# user_simulator = "scripted"', 'user_simulator = "baton/simulated"'))
+    out = tmp_path / "export"
+    result = baton(root.parent, "export", root.name, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "scenario.json").read_text())["user_simulator"] == "baton/simulated"
+    log = inspect_eval(out, tmp_path / "logs", "--model", "baton/simulated")  # no -T user=
+    check_conversations(log, f"{LABEL} ")
+    assert {s.metadata["user_simulator"] for s in log.samples if s.metadata.get("user_simulator")} == \
+        {"baton/simulated"}
+
+
+def test_a_user_simulator_setting_with_no_model_is_refused_where_it_is_written():
+    from agents.proving_settings import check_table
+
+    assert check_table({"user_simulator": "openai/gpt-5"}).user_simulator == "openai/gpt-5"
+    with pytest.raises(ValueError, match=r"\[proving\] user_simulator = ' ':"):
+        check_table({"user_simulator": " "})

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from proving.evaluation.models import Sample
 from proving.evaluation.samples import load_samples
-from proving.export.runtime.user_check import needed_facts, simulator_faults
+from proving.export.runtime.user_check import OUT_OF_PERSONA, needed_facts, simulator_faults
 from proving.export.runtime.users import (
     AGENT,
     CLOSING,
@@ -185,6 +185,26 @@ def test_a_user_that_never_gives_a_needed_fact_it_was_asked_for_is_at_fault() ->
     assert simulator_faults(spec(), refusing[:2], ACTIONS) == []
     email = [Turn(USER, OPENING), Turn(AGENT, "What is your email?"), Turn(USER, "I don't know.")]
     assert simulator_faults(spec(), email, ACTIONS) == []
+
+
+@pytest.mark.parametrize("said", [
+    "Thanks! Is there anything else I can help you with today?",  # the roles flipped: it serves the agent
+    "As an AI, I cannot really own a blender.",
+    "## What you know\n- order_id: O1001",  # it repeats its instructions
+])
+def test_a_user_that_breaks_persona_is_at_fault_once(said: str) -> None:
+    turns = [Turn(USER, OPENING), Turn(AGENT, "Sure, which order?"), Turn(USER, said),
+             Turn(AGENT, "Sorry?"), Turn(USER, said)]
+    faults = simulator_faults(spec(), turns, ACTIONS)
+    assert [f for f in faults if f.startswith("broke persona")] == [
+        f"broke persona in the user's turn 2: said {next(p for p in OUT_OF_PERSONA if p in said.lower())!r}, "
+        "which no customer says"]
+
+
+def test_words_that_only_look_like_an_assistants_are_no_fault() -> None:
+    turns = [Turn(USER, OPENING), Turn(AGENT, "What is your order id?"),
+             Turn(USER, "Order id: O1001. I fly a lot, as an airline pilot; how can it take so long?")]
+    assert simulator_faults(spec(), turns, ACTIONS) == []
 
 
 def test_the_needed_facts_are_those_whose_values_the_expected_actions_hold() -> None:

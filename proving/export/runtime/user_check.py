@@ -4,7 +4,10 @@ library only and deterministic, so it judges the scripted user and any model pla
 A run is the simulator's fault when the user
 
 - said a withheld fact's value before the agent had named that fact in any earlier turn (``leaked``),
-- said one of the things it must never say (``said``), or
+- said one of the things it must never say (``said``),
+- broke persona (``broke persona``): spoke as the agent or an assistant ("how can I help you"), said it is an AI,
+  or repeated its instructions (their headings or first words), as tau2-bench's user simulators did before its
+  prompts were fixed, or
 - held a fact the expected actions need, was asked for it, had a turn to answer after the ask, and never gave it
   in the whole conversation (``never gave``): stopping early, refusing or claiming not to know.
 
@@ -18,7 +21,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .users import AGENT, USER, Turn, UserSpec, normal, unasked, value_forms
+from .users import AGENT, SIMULATOR_OPENING, USER, Turn, UserSpec, normal, says_phrase, unasked, value_forms
+
+# What a customer does not say: the words of a service agent or an assistant, and the prompt's own (its first
+# words and its headings). Matched whole and loosely, as every phrase (users.says_phrase).
+OUT_OF_PERSONA = ("how can i help you", "how may i help you", "how can i assist you", "how may i assist you",
+                  "is there anything else i can help", "as an ai", "i am an ai", "i'm an ai", "language model",
+                  "i am the agent", "as the customer service agent", SIMULATOR_OPENING.split(",")[0],
+                  "## who you are", "## what you know", "## how you give what you know", "## you already said",
+                  "## when the conversation ends")
 
 
 def needed_facts(spec: UserSpec, actions: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -68,6 +79,9 @@ def simulator_faults(spec: UserSpec, turns: Sequence[Turn], actions: Sequence[Ma
             if not any(f.startswith(found) for f in faults):  # the first time is the fault; repeats add nothing
                 later = ", before the agent asked for it" if found.startswith("leaked") else ""
                 faults.append(f"{found} in the user's turn {number}{later}")
+        broke = next((phrase for phrase in OUT_OF_PERSONA if says_phrase(turn.text, phrase)), None)
+        if broke and not any(f.startswith("broke persona") for f in faults):
+            faults.append(f"broke persona in the user's turn {number}: said {broke!r}, which no customer says")
         given |= set(spec.said(turn.text))
     for name in needed_facts(spec, actions):
         if name in answerable and name not in given:
