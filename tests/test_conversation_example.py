@@ -141,3 +141,11 @@ def test_a_user_simulator_setting_with_no_model_is_refused_where_it_is_written()
     assert check_table({"user_simulator": "openai/gpt-5"}).user_simulator == "openai/gpt-5"
     with pytest.raises(ValueError, match=r"\[proving\] user_simulator = ' ':"):
         check_table({"user_simulator": " "})
+
+
+def test_baton_try_converses_and_labels_the_simulated_model_on_both_sides(finished_run: SharedRun, tmp_path: Path):
+    root = finished_run.copy_to(tmp_path)
+    result = baton(root.parent, "try", root.name, "--model", "baton/simulated", "--user", "baton/simulated")
+    assert result.exit_code == 0, result.output
+    assert ("baton/simulated (SIMULATED): 100% of 10 samples x 1 epochs; pass^1 1.00; the user: baton/simulated "
+            "(SIMULATED)") in " ".join(result.output.split())

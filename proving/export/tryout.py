@@ -73,14 +73,20 @@ class Tryout(BaseModel):
 
     def summary(self) -> str:
         hats = ", ".join(f"pass^{k} {v:.2f}" for k, v in self.pass_hat.items())
-        mock = " (mock)" if self.mock else ""
+        mock = " (mock)" if self.mock else simulated(self.model)
         where = ""
         if self.sandbox and self.sandbox.get("confined") is False:
             where = f"; tool calls ran UNCONFINED ({self.sandbox.get('name')}: no sandbox could be had)"
         spoiled = (f"; {self.simulator_faults} trial(s) spoiled by the user simulator ({self.user}), not counted"
                    if self.simulator_faults else "")
+        user = f"; the user: {self.user}{simulated(self.user)}" if self.user else ""
         return (f"{self.model}{mock}: {self.pass_rate:.0%} of {len(self.samples)} samples x {self.epochs} epochs; "
-                f"{hats}{where}{spoiled}")
+                f"{hats}{user}{where}{spoiled}")
+
+
+def simulated(model: str) -> str:
+    """The label of baton's simulated model (the ``baton/`` Inspect provider), wherever its figures show."""
+    return " (SIMULATED)" if model.startswith("baton/") else ""
 
 
 def tryout_path(root: Path, iteration: int) -> Path:
