@@ -229,8 +229,9 @@ def test_a_user_model_that_will_not_give_a_needed_fact_it_was_asked_for_is_the_s
     log = eval_export(exported, agent_under_test(), 1, tmp_path / "logs", {"user": stubborn_user_provider()})
     score = by_id(log)[CONVERSATION["id"]].scores["baton_scorer"]
     assert score.value == 0.0 and score.metadata["conversation"]["ended"] == "user"
-    assert score.metadata["simulator_fault"] == ("never gave order_id, which the expected actions need, although the "
-                                                 "agent asked for it")
+    # It refuses the order id and ends the conversation on the ask.
+    assert score.metadata["simulator_fault"] == ("stopped in the user's turn 2 while the agent was asking for "
+                                                 "order_id, which the user holds")
     assert metrics(log)["simulator_faults"] == 1
 
 

@@ -178,7 +178,7 @@ def test_saying_what_must_never_be_said_is_a_fault_asked_or_not() -> None:
 
 def test_a_user_that_never_gives_a_needed_fact_it_was_asked_for_is_at_fault() -> None:
     refusing = [Turn(USER, OPENING), Turn(AGENT, "What is your order id?"), Turn(USER, "I'd rather not say."),
-                Turn(AGENT, "I need the order id to help."), Turn(USER, f"Forget it. {STOP}")]
+                Turn(AGENT, "I need the order id to help."), Turn(USER, "Still no.")]
     assert simulator_faults(spec(), refusing, ACTIONS) == [
         "never gave order_id, which the expected actions need, although the agent asked for it"]
     # Not when the turn limit cut the conversation right after the ask, nor for a fact the actions do not need.
@@ -205,6 +205,16 @@ def test_words_that_only_look_like_an_assistants_are_no_fault() -> None:
     turns = [Turn(USER, OPENING), Turn(AGENT, "What is your order id?"),
              Turn(USER, "Order id: O1001. I fly a lot, as an airline pilot; how can it take so long?")]
     assert simulator_faults(spec(), turns, ACTIONS) == []
+
+
+def test_a_user_that_ends_the_conversation_while_asked_for_a_fact_it_holds_is_at_fault() -> None:
+    quitting = [Turn(USER, OPENING), Turn(AGENT, "What is your order id?"), Turn(USER, f"Forget it. {STOP}")]
+    assert simulator_faults(spec(), quitting, ACTIONS) == [
+        "stopped in the user's turn 2 while the agent was asking for order_id, which the user holds"]
+    # Ending once asked and answered, or after the agent's refusal, is the user's right.
+    answered = [*quitting[:2], Turn(USER, "O1001."), Turn(AGENT, "Sorry, I cannot refund it."),
+                Turn(USER, f"Pity. {STOP}")]
+    assert simulator_faults(spec(), answered, ACTIONS) == []
 
 
 def test_the_needed_facts_are_those_whose_values_the_expected_actions_hold() -> None:

@@ -8,8 +8,10 @@ A run is the simulator's fault when the user
 - broke persona (``broke persona``): spoke as the agent or an assistant ("how can I help you"), said it is an AI,
   or repeated its instructions (their headings or first words), as tau2-bench's user simulators did before its
   prompts were fixed, or
+- ended the conversation (``STOP``) right after the agent asked for a fact it holds, without giving it
+  (``stopped``): the prompt says not to end it while the agent is still asking for something the user knows, or
 - held a fact the expected actions need, was asked for it, had a turn to answer after the ask, and never gave it
-  in the whole conversation (``never gave``): stopping early, refusing or claiming not to know.
+  in the whole conversation (``never gave``): refusing or claiming not to know.
 
 In tau2-bench up to 30% of the failed retail runs were the user simulator's (its PR #392): such a run says
 nothing about the agent, so it is counted apart from the agent's failures. What the check cannot see (a user
@@ -21,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .users import AGENT, SIMULATOR_OPENING, USER, Turn, UserSpec, normal, says_phrase, unasked, value_forms
+from .users import AGENT, SIMULATOR_OPENING, STOP, USER, Turn, UserSpec, normal, says_phrase, unasked, value_forms
 
 # What a customer does not say: the words of a service agent or an assistant, and the prompt's own (its first
 # words and its headings). Matched whole and loosely, as every phrase (users.says_phrase).
@@ -66,10 +68,13 @@ def simulator_faults(spec: UserSpec, turns: Sequence[Turn], actions: Sequence[Ma
     asked: set[str] = set()  # facts the agent has named so far
     answerable: set[str] = set()  # of those, the ones a user turn came after
     given: set[str] = set()
+    asking: list[str] = []  # the facts the agent's latest turn asks for
+    stopped_on: set[str] = set()  # facts the user ended the conversation on, asked and not given
     number = 0
     for turn in turns:
         if turn.role == AGENT:
-            asked |= set(spec.named(turn.text))
+            asking = spec.named(turn.text)
+            asked |= set(asking)
             continue
         if turn.role != USER:
             continue
@@ -83,7 +88,12 @@ def simulator_faults(spec: UserSpec, turns: Sequence[Turn], actions: Sequence[Ma
         if broke and not any(f.startswith("broke persona") for f in faults):
             faults.append(f"broke persona in the user's turn {number}: said {broke!r}, which no customer says")
         given |= set(spec.said(turn.text))
+        pending = [name for name in asking if name not in given]
+        if STOP in turn.text and pending and not stopped_on:
+            stopped_on |= set(pending)
+            faults.append(f"stopped in the user's turn {number} while the agent was asking for "
+                          f"{', '.join(pending)}, which the user holds")
     for name in needed_facts(spec, actions):
-        if name in answerable and name not in given:
+        if name in answerable and name not in given and name not in stopped_on:
             faults.append(f"never gave {name}, which the expected actions need, although the agent asked for it")
     return faults
