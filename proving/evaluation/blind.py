@@ -96,21 +96,24 @@ def call_id(conversation: str, index: int) -> str:
 # ---- the Messages API side (baton fake-api) ----------------------------------------------------------
 
 
-def _text(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """A Messages API content (or system): a text, or its text blocks' texts joined (the simulated user's too)."""
     if isinstance(content, str):
         return content
-    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
+    if not isinstance(content, list):
+        return ""
+    return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
 
 
 def anthropic_reply(system: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
                     ) -> dict[str, Any] | None:
     """The content and stop reason of the blind solver's answer to a Messages API request, or None when the
     request is not an exported task's (its system message is no export policy) or no script plays it."""
-    policy = _text(system)
+    policy = text_of(system)
     if not policy.startswith(POLICY_OPENING) or not messages:
         return None
     # What the user said: the opening, and in a conversation its later messages (tool results are not said).
-    instruction = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
+    instruction = "\n".join(text_of(m.get("content")) for m in messages if m.get("role") == "user")
     uses: dict[str, tuple[str, dict[str, Any]]] = {}
     seen: Seen = []
     for message in messages:
@@ -121,7 +124,7 @@ def anthropic_reply(system: Any, messages: list[dict[str, Any]], tools: list[dic
                 uses[block.get("id", "")] = (block.get("name", ""), dict(block.get("input") or {}))
             elif block.get("type") == "tool_result" and block.get("tool_use_id") in uses:
                 tool, args = uses[block["tool_use_id"]]
-                seen.append((tool, args, parse_output(_text(block.get("content")), bool(block.get("is_error")))))
+                seen.append((tool, args, parse_output(text_of(block.get("content")), bool(block.get("is_error")))))
     names = {t.get("name", "") for t in tools or [] if isinstance(t, dict)}
     answer = reply(policy, instruction, names, seen)
     if answer is None:

@@ -24,7 +24,7 @@ from functools import cache
 from string import Template
 from typing import Any
 
-from proving.evaluation.blind import LABEL
+from proving.evaluation.blind import LABEL, text_of
 from proving.export.runtime.users import (
     AGENT,
     SIMULATOR_OPENING,
@@ -55,7 +55,7 @@ class Prompted:
 
 def recognises(system: Any) -> bool:
     """The system message (a text or Messages API blocks) is a user simulator's prompt, by its first words."""
-    return _text(system).lstrip().startswith(SIMULATOR_OPENING)
+    return text_of(system).lstrip().startswith(SIMULATOR_OPENING)
 
 
 def read_prompt(system: str) -> Prompted | None:
@@ -102,8 +102,8 @@ def reply_text(system: str, said: Sequence[tuple[str, str]]) -> str | None:
 def anthropic_reply(system: Any, messages: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The content and stop reason of the simulated user's answer to a Messages API request, or None when the
     request's system message is no user simulator prompt it can read."""
-    said = [(str(m.get("role")), _text(m.get("content"))) for m in messages if isinstance(m, dict)]
-    text = reply_text(_text(system), said)
+    said = [(str(m.get("role")), text_of(m.get("content"))) for m in messages if isinstance(m, dict)]
+    text = reply_text(text_of(system), said)
     if text is None:
         return None
     return {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
@@ -178,12 +178,3 @@ def _other_words(text: str) -> dict[str, tuple[str, ...]] | None:
             return None
         at = match.end()
     return found or None
-
-
-def _text(content: Any) -> str:
-    """A Messages API content (or system): a text, or the text blocks' texts joined."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
