@@ -32,7 +32,7 @@ from proving.evaluation.coverage import LOOKING
 from proving.evaluation.exported import CALLS, LOGS, task_folder
 from proving.evaluation.gates import FunctionGate, GateContext, GateResult, Unavailable, register
 from proving.evaluation.quality import Finding, SolverFigures
-from proving.export.tryout import Tryout, TryoutError, _summarise, eval_export
+from proving.export.tryout import Tryout, TryoutError, _summarise, by_baton, eval_export
 from scenarios.folder import RECORD_BYTES, Folder
 
 DOUBLE_MAX_TOKENS = 4096
@@ -168,7 +168,7 @@ def inspect_model(model: str, environ: Mapping[str, str] = os.environ) -> Any:
 def run_model(ctx: GateContext, model: str) -> tuple[Tryout, Any, ModelSpend]:
     """k tries of every sample with ``model`` on the export: tryout's summary, the log, what it spent."""
     user = ctx.settings.user_simulator  # a conversation's user: the same for the solver and the panel
-    if any(m.startswith(f"{blind.MODEL.split('/')[0]}/") for m in (model, user)):
+    if by_baton(model) or by_baton(user):
         import proving.evaluation.blind_model  # noqa: F401 - registers the provider in this process
     task = task_folder(ctx)
     k = ctx.settings.solver_k

@@ -84,9 +84,15 @@ class Tryout(BaseModel):
                 f"{hats}{user}{where}{spoiled}")
 
 
+def by_baton(model: str) -> bool:
+    """``model`` is baton's simulated model, an Inspect model string of the ``baton`` provider
+    (proving/evaluation/blind_model.py)."""
+    return model.startswith("baton/")
+
+
 def simulated(model: str) -> str:
-    """The label of baton's simulated model (the ``baton/`` Inspect provider), wherever its figures show."""
-    return " (SIMULATED)" if model.startswith("baton/") else ""
+    """The label of baton's simulated model, wherever its figures show."""
+    return " (SIMULATED)" if by_baton(model) else ""
 
 
 def tryout_path(root: Path, iteration: int) -> Path:
