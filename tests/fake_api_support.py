@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anthropic
+
 from agents.agent import Agent
 from agents.models import ModelRequest
 from agents.openings import init_opening
@@ -52,6 +54,11 @@ def run_example_through(folder: Path, base_url: str, **settings: str) -> subproc
                          **settings)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
+
+
+def sdk_client(url: str, **options: Any) -> anthropic.Anthropic:
+    """The real SDK's client for the double at ``url``: the test key, no retries (a test sees each answer)."""
+    return anthropic.Anthropic(api_key=KEY, base_url=url, max_retries=0, **options)
 
 
 def free_port() -> int:

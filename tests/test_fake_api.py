@@ -16,7 +16,17 @@ from typer.testing import CliRunner
 from agents.anthropic_model import AnthropicModel
 from agents.models import ModelError, PromptTooLong
 from context.messages import TextBlock, ThinkingBlock, ToolUseBlock
-from tests.fake_api_support import EPHEMERAL, KEY, free_port, http, init_body, init_request, queue_fault, stats
+from tests.fake_api_support import (
+    EPHEMERAL,
+    KEY,
+    free_port,
+    http,
+    init_body,
+    init_request,
+    queue_fault,
+    sdk_client,
+    stats,
+)
 from workers.cli import cli
 from workers.fake_api.cache import PromptCache
 from workers.fake_api.catalogue import DEFAULT_MODELS, Catalogue, ModelEntry
@@ -50,7 +60,7 @@ def server(clock: Clock) -> Iterator[Running]:
 
 @pytest.fixture
 def client(server: Running) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=KEY, base_url=server.url, max_retries=0)
+    return sdk_client(server.url)
 
 
 def model(server: Running, **kwargs) -> AnthropicModel:

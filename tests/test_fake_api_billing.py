@@ -15,7 +15,7 @@ import pytest
 
 from agents.simulated import SUMMARY_ASK, SimulatedModel
 from context.tokens import count_text
-from tests.fake_api_support import KEY, http, init_body, serving, stats
+from tests.fake_api_support import http, init_body, sdk_client, serving, stats
 from workers.fake_api.compaction_block import COMPACTION_BETA
 from workers.fake_api.counting import PER_BLOCK, claude_tokens
 from workers.fake_api.server import FakeApi, Running
@@ -35,7 +35,7 @@ def running() -> Iterator[Running]:
 
 @pytest.fixture
 def client(running: Running) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=KEY, base_url=running.url, max_retries=0)
+    return sdk_client(running.url)
 
 
 def send(client: anthropic.Anthropic, body: dict[str, Any], **extra: Any) -> dict[str, Any]:

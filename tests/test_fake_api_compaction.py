@@ -13,7 +13,7 @@ import anthropic
 import pytest
 
 from agents.simulated import SUMMARY_ASK, SimulatedModel
-from tests.fake_api_support import KEY, init_body, queue_fault, serving, stats
+from tests.fake_api_support import init_body, queue_fault, sdk_client, serving, stats
 from workers.fake_api.compaction import MAX_INSTRUCTIONS
 from workers.fake_api.compaction_block import COMPACTION_BETA
 from workers.fake_api.server import FakeApi, Running
@@ -34,7 +34,7 @@ def running() -> Iterator[Running]:
 
 @pytest.fixture
 def client(running: Running) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=KEY, base_url=running.url, max_retries=0)
+    return sdk_client(running.url)
 
 
 def send(client: anthropic.Anthropic, body: dict[str, Any], betas: tuple[str, ...] = (COMPACTION_BETA,),
@@ -171,7 +171,7 @@ def test_a_summary_longer_than_max_tokens_is_cut_and_custom_instructions_can_mak
 
 def test_a_model_that_cannot_answer_gives_no_summary_with_end_turn() -> None:
     with serving(FakeApi()) as running:  # no --play: a conversation naming no example cannot be played
-        client = anthropic.Anthropic(api_key=KEY, base_url=running.url, max_retries=0)
+        client = sdk_client(running.url)
         body = {**init_body(), "messages": [{"role": "user", "content": "Tell me a story."}]}
         answer = send(client, body, compaction=SUMMARIZE)
     assert answer["content"] == [] and answer["stop_reason"] == "end_turn"

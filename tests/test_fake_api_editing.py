@@ -14,7 +14,7 @@ import pytest
 
 from agents.models import ModelRequest, ModelResponse
 from agents.simulated import SimulatedModel
-from tests.fake_api_support import EPHEMERAL, KEY, init_body, serving, stats
+from tests.fake_api_support import EPHEMERAL, init_body, sdk_client, serving, stats
 from workers.fake_api.editing import EDITING_BETA, PLACEHOLDER
 from workers.fake_api.server import FakeApi, Running
 
@@ -49,7 +49,7 @@ def running(model: Recording) -> Iterator[Running]:
 
 @pytest.fixture
 def client(running: Running) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=KEY, base_url=running.url, max_retries=0)
+    return sdk_client(running.url)
 
 
 def send(client: anthropic.Anthropic, body: dict[str, Any], edits: list[dict[str, Any]] | None = None

@@ -15,7 +15,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.fake_api_support import API_HEADERS, KEY, http, init_body, serving, stats
+from tests.fake_api_support import API_HEADERS, http, init_body, sdk_client, serving, stats
 from workers.errors import CliError
 from workers.fake_api.catalogue import Catalogue
 from workers.fake_api.command import latency_settings
@@ -26,7 +26,7 @@ MODELS = Catalogue().by_id
 
 
 def client(url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=KEY, base_url=url, max_retries=0, timeout=30)
+    return sdk_client(url, timeout=30)
 
 
 def ask(url: str, model: str = "claude-opus-5-5") -> Any:

@@ -12,7 +12,7 @@ import anthropic
 import pytest
 
 from context.protocol import SYSTEM_AFTER, SYSTEM_BEFORE, SYSTEM_FIRST, SYSTEM_TEXT, SYSTEM_TWICE
-from tests.fake_api_support import KEY, init_body, serving, stats
+from tests.fake_api_support import init_body, sdk_client, serving, stats
 from workers.fake_api.rules import SYSTEM_UNSUPPORTED
 from workers.fake_api.server import FakeApi
 from workers.fake_api.thinking import BINDING_BETA
@@ -24,7 +24,7 @@ RULE = {"role": "system", "content": "From now on, write every file in British E
 @pytest.fixture(scope="module")
 def double() -> Iterator[tuple[anthropic.Anthropic, str]]:
     with serving(FakeApi()) as running:
-        yield anthropic.Anthropic(api_key=KEY, base_url=running.url, max_retries=0), running.url
+        yield sdk_client(running.url), running.url
 
 
 def send(client: anthropic.Anthropic, body: dict[str, Any], **extra: Any) -> Any:

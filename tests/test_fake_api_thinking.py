@@ -8,10 +8,9 @@ import base64
 import json
 from typing import Any
 
-import anthropic
 import pytest
 
-from tests.fake_api_support import KEY, init_body
+from tests.fake_api_support import KEY, init_body, sdk_client
 from workers.fake_api.server import FakeApi, start
 from workers.fake_api.thinking import BINDING_BETA, REDACTED_EVERY, UPDATES_BETA
 
@@ -221,7 +220,7 @@ def test_a_changed_effort_default_is_no_change_and_a_tools_change_invalidates_ev
 def test_through_the_sdk_the_signature_is_opaque_and_stats_count_it() -> None:
     running = start(FakeApi())
     try:
-        client = anthropic.Anthropic(api_key=KEY, base_url=running.url, max_retries=0)
+        client = sdk_client(running.url)
         body = init_body()
         first = client.beta.messages.create(**body, thinking=DROP, betas=[BINDING_BETA])
         assert first.content[0].type == "thinking" and first.input_transformations == []

@@ -30,7 +30,7 @@ from context.protocol import validate
 from context.redaction import redact_message
 from context.reminders import reminder, takes_system_messages
 from tests.agent_run import copy_example
-from tests.fake_api_support import KEY, serving, stats
+from tests.fake_api_support import sdk_client, serving, stats
 from tests.test_assembly import policy, step
 from workers.fake_api.catalogue import DEFAULT_MODELS
 from workers.fake_api.server import FakeApi
@@ -195,7 +195,7 @@ def test_a_step_tells_a_change_of_conventions_as_the_model_takes_it(tmp_path: Pa
 @pytest.fixture(scope="module")
 def client() -> Iterator[tuple[anthropic.Anthropic, str]]:
     with serving(FakeApi()) as running:
-        yield anthropic.Anthropic(api_key=KEY, base_url=running.url, max_retries=0), running.url
+        yield sdk_client(running.url), running.url
 
 
 @pytest.mark.parametrize("model", [TAKES, DOES_NOT])
