@@ -32,15 +32,20 @@ What it does, all on real processes that this script starts and stops by pid (ne
    kill lands inside a task, never between two. A process fault takes a worker only while
    the other worker of its queue is healthy, unless it has waited SOLE_WORKER_AFTER_S for that.
 4. Nobody runs ``baton resume``: a copy recovers by itself or not at all. A copy that makes
-   no progress for ``--give-up`` seconds (and has no SIGCONT or restart still to come) is
-   given up and reported as not done.
+   no progress for ``--give-up`` seconds while no worker runs any task (and no SIGCONT or
+   restart is still to come) is given up and reported as not done; ``--limit`` bounds the rest.
 5. **Measures**: recovery = time from the fault to the copy's next progress (a change of its
-   run.json, logs or events); duplicates and lost records read from the logs; every file of
-   each copy compared with its undisturbed twin (timestamps, durations, usage and cost aside;
-   the fencing bookkeeping files aside).
+   run.json, logs or events); duplicates and lost records read from the logs; each copy
+   compared with its undisturbed twin by what it means (bench/chaos_compare.py): run.json,
+   the reports' figures and findings, handoffs, samples, the agents' logs and events, and the
+   gates' Inspect logs read for their samples' messages and scores, with clocks, durations,
+   usage and cost, Inspect's log names and the copies' folders set aside, and the fencing
+   bookkeeping and bytecode caches not compared. A difference a fault explains is listed
+   with its reason and not counted.
 
 The last line is ``faults N, recovered N, duplicates D, lost L, differing files F, recovery
-median Xs max Ys``; the exit status is 1 when anything was duplicated, lost or differs, a copy
+median Xs max Ys`` (with ``(and E differences a fault explains)`` after F when there are
+any); the exit status is 1 when anything was duplicated, lost or differs unexplained, a copy
 is not ``done``/``succeeded``, or fewer faults than asked could be injected.
 """
 
@@ -51,7 +56,6 @@ import ast
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import statistics
@@ -60,13 +64,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis  # noqa: E402
+from chaos_compare import ROLES, audit, compare, raw_jsonl  # noqa: E402
 from common import DEFAULT_DOC, REPO_ROOT, md_table, write_section  # noqa: E402  (puts the repo on sys.path)
 
 from agents.disk import AgentDisk  # noqa: E402
@@ -87,7 +91,6 @@ from workers.loop import SCENARIOS_ENV, Task, start  # noqa: E402
 SOURCE = REPO_ROOT / "scenarios" / "refund_desk"
 KINDS = ("pool_kill", "worker_kill", "sigstop", "redeliver", "dup_compaction")
 PROCESS_KINDS = {"pool_kill", "worker_kill", "sigstop"}
-ROLES = ("init", "execute")
 FAULTS_PER_SCENARIO = 5
 WORKERS_PER_QUEUE = 2
 POLL_S = 0.1
@@ -104,27 +107,6 @@ def long_hold(lock_ttl: float) -> tuple[float, float]:
     """SIGSTOP durations that outlast the agent lock's TTL; the longest (35 s at the default 15 s) also outlast
     the reaper's stall bound plus a scan, so another worker takes the step over while the frozen one sleeps."""
     return lock_ttl + 2.0, 2 * lock_ttl + 5.0
-
-# Files that differ between two runs by design (fencing's bookkeeping), never compared.
-EXCLUDED_NAMES = {"lease.json", "phase.lease.json", "discarded.jsonl", ".lock"}
-# Keys whose values are clocks, durations, or figures of the model's usage and cost: never compared.
-# "reads" (agent.json's tool_memory) maps each file an agent read to the file's mtime when read:
-# a clock too (two undisturbed runs differ there and nowhere else in agent.json).
-IGNORED_KEYS = {"at", "since", "duration_s", "generated_at", "started_at", "updated_at", "usage", "cost_usd", "cost",
-                "reads", "mtime"}
-# Found by comparing two undisturbed runs (`--faults 0`), which differ in these and nowhere else: the clocks quoted
-# in tool results make every later request differ, hence its fingerprint ("request"), and a few characters of
-# length, hence the token estimates ("estimated_input"; a compaction's "tokens_before"/"tokens_after") and the
-# estimator calibrated on the usage ("estimator"). Where a compaction happens is still compared (its after_step).
-# The prefix digest after a reply ("prefix_after", context/prefix.py) hashes those requests too.
-ESTIMATES = {"request", "estimated_input", "tokens_before", "tokens_after", "estimator", "prefix_after"}
-IGNORED_KEYS |= ESTIMATES
-# The same clocks quoted inside text: a tool result (Read of report.json, a file's "mtime") lands in the log, in
-# tool_results/*.txt and so in the next request. Two undisturbed runs differ there, so inside any string the values
-# of these keys (at any level of JSON escaping) and ISO timestamps are blanked before comparing.
-_CLOCK_KEYS = "|".join(sorted(IGNORED_KEYS - ESTIMATES - {"usage", "reads"}))
-_QUOTED_CLOCK = re.compile(rf'(\\*"(?:{_CLOCK_KEYS})\\*":\s*)(\\*"[^"\\]*\\*"|[-0-9.eE+]+)')
-_ISO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)?")
 
 
 # ---- which worker runs what: the workers' own task events --------------------------------------
@@ -511,9 +493,13 @@ class ChaosRun:
         last_progress = {name: (time.monotonic(), signature(root)) for name, root in roots.items()}
         while True:
             now = time.monotonic()
+            # A copy's stall clock runs only while no worker runs a task and no SIGCONT or restart is to come: a
+            # gate can run for minutes without writing a log line, and the copies share the workers, so one copy's
+            # steps may wait in the queue behind another's proving for as long (issue 38's run on a loaded machine).
+            busy = self.watch.busy() or any(p.due > now for p in self.pending)
             for name, root in roots.items():
                 sig = signature(root)
-                if sig != last_progress[name][1]:
+                if sig != last_progress[name][1] or busy:
                     last_progress[name] = (now, sig)
             for fault in self.faults:
                 if fault.injected_at is not None and fault.recovered_at is None:
@@ -540,11 +526,10 @@ class ChaosRun:
                     if self.inject(todo[0], root):
                         self.say(f"fault {self.faults.index(todo[0]) + 1}: {todo[0].kind}: {todo[0].detail}")
             for name in roots:
-                waiting = any(p.due > now for p in self.pending)
-                if (name not in self.given_up and not finished(run_state(roots[name])) and not waiting
+                if (name not in self.given_up and not finished(run_state(roots[name]))
                         and now - last_progress[name][0] > self.give_up):
-                    self.given_up[name] = f"no progress for {self.give_up:.0f}s"
-                    self.say(f"giving up on {name}: no progress for {self.give_up:.0f}s; {run_state(roots[name])}")
+                    self.given_up[name] = f"no progress for {self.give_up:.0f}s while the workers were idle"
+                    self.say(f"giving up on {name}: {self.given_up[name]}; {run_state(roots[name])}")
             open_ = [n for n, r in roots.items() if n not in self.given_up and not finished(run_state(r))]
             if not open_ and not self.pending:
                 return
@@ -576,164 +561,6 @@ class ChaosRun:
             time.sleep(POLL_S)
 
 
-# ---- what the copies hold -----------------------------------------------------------------------
-
-
-def raw_jsonl(path: Path) -> list[Any]:
-    out = []
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            out.append({"torn line": line[:80]})
-    return out
-
-
-def audit(root: Path, twin: Path) -> tuple[list[str], list[str]]:
-    """(duplicates, lost) of one copy, each a list of findings."""
-    dups: list[str] = []
-    lost: list[str] = []
-    for role in ROLES:
-        state = root / "state" / role
-        log = [r for r in raw_jsonl(state / "log.jsonl") if isinstance(r, dict)]
-        events = [e for e in raw_jsonl(state / "events.jsonl") if isinstance(e, dict)]
-        seqs = Counter(r.get("seq") for r in log)
-        dups += [f"{root.name}/{role}: {n} log records with seq {s}" for s, n in sorted(seqs.items(), key=str) if n > 1]
-        numbers = [s for s in seqs if isinstance(s, int)]
-        if numbers:
-            gaps = sorted(set(range(1, max(numbers) + 1)) - set(numbers))
-            lost += [f"{root.name}/{role}: no log record with seq {s}" for s in gaps]
-        for kind in ("assistant", "results"):
-            steps = Counter(r.get("step") for r in log if r.get("kind") == kind)
-            dups += [f"{root.name}/{role}: {n} {kind} records for step {s}" for s, n in sorted(steps.items()) if n > 1]
-        step_events = Counter(e.get("step") for e in events if e.get("kind") == "step")
-        dups += [f"{root.name}/{role}: {n} step events for step {s}" for s, n in sorted(step_events.items()) if n > 1]
-        compactions = Counter(e.get("after_step") for e in events if e.get("kind") == "compaction")
-        dups += [f"{root.name}/{role}: {n} compaction records after step {s}"
-                 for s, n in sorted(compactions.items(), key=str) if n > 1]
-        answered = {r.get("step") for r in log if r.get("kind") == "assistant"}
-        lost += [f"{root.name}/{role}: step {s} has no step event" for s in sorted(answered - set(step_events))]
-    for path in sorted(twin.rglob("*.jsonl")):
-        rel = path.relative_to(twin)
-        if excluded(rel):
-            continue
-        want, got = len(raw_jsonl(path)), len(raw_jsonl(root / rel))
-        if got < want:
-            lost.append(f"{root.name}/{rel}: {got} records, {want} undisturbed")
-    return dups, lost
-
-
-def excluded(rel: Path) -> bool:
-    return rel.name in EXCLUDED_NAMES or rel.suffix == ".tmp" or ".tmp" in rel.name
-
-
-def first_difference(a: Any, b: Any, where: str = "") -> str | None:
-    """The path of the first value that differs, ignoring IGNORED_KEYS at any depth."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            if key in IGNORED_KEYS:
-                continue
-            if key not in a or key not in b:
-                return f"{where}.{key} (only in {'the chaos run' if key in b else 'the undisturbed run'})"
-            found = first_difference(a[key], b[key], f"{where}.{key}")
-            if found:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list):
-        for i, (x, y) in enumerate(zip(a, b)):
-            found = first_difference(x, y, f"{where}[{i}]")
-            if found:
-                return found
-        if len(a) != len(b):
-            return f"{where or '(file)'} has {len(b)} items, {len(a)} undisturbed"
-        return None
-    return None if a == b else (where or "(whole value)")
-
-
-def unclocked(value: Any) -> Any:
-    """``value`` with every clock quoted inside its strings blanked (see _QUOTED_CLOCK)."""
-    if isinstance(value, str):
-        return _ISO_TIME.sub("<time>", _QUOTED_CLOCK.sub(r"\1<clock>", value))
-    if isinstance(value, list):
-        return [unclocked(v) for v in value]
-    if isinstance(value, dict):
-        return {k: unclocked(v) for k, v in value.items()}
-    return value
-
-
-def parsed(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if path.suffix == ".json":
-        try:
-            return unclocked(json.loads(text))
-        except json.JSONDecodeError:
-            return unclocked(text)
-    if path.suffix == ".jsonl":
-        return unclocked(raw_jsonl(path))
-    try:  # a tool result archived as text is often JSON
-        return unclocked(json.loads(text))
-    except json.JSONDecodeError:
-        return unclocked(text)
-
-
-# Where a compaction happens is decided by the token estimate against the threshold, and in the demo profile a
-# step can land within a few tokens of it (10,991 of 11,000 in refund_desk's init step 8). A compaction in one run
-# only therefore counts as a difference like any other (a crash that lost an estimator observation moved one:
-# seed 5, fixed in 6089287), but the report names it and says when the deciding estimate was that close.
-BORDERLINE_SHARE = 0.01
-
-
-def moved_compactions(a: Any, b: Any) -> list[str]:
-    """The compactions in one of two events.jsonl only, each said with how close the other run's deciding estimate
-    (the step after it) was to the threshold."""
-    if not (isinstance(a, list) and isinstance(b, list)):
-        return []
-
-    def compacted(events: list[Any]) -> set[Any]:
-        return {e.get("after_step") for e in events if isinstance(e, dict) and e.get("kind") == "compaction"}
-
-    def estimate(events: list[Any], step: Any) -> str:
-        for e in events:
-            if isinstance(e, dict) and e.get("kind") == "step" and e.get("step") == step:
-                est, limit = e.get("estimated_input"), e.get("threshold")
-                if isinstance(est, int) and isinstance(limit, int):
-                    close = " (borderline)" if abs(est - limit) <= BORDERLINE_SHARE * limit else ""
-                    return f"{est:,} of {limit:,} tokens{close}"
-        return "no step event"
-
-    notes = []
-    for run, mine, other in (("undisturbed", a, b), ("chaos", b, a)):
-        for k in sorted(x for x in compacted(mine) - compacted(other) if isinstance(x, int)):
-            notes.append(f"compaction after step {k} only in the {run} run; the other run estimated step {k + 1} "
-                         f"at {estimate(other, k + 1)}")
-    return notes
-
-
-def compare(twin: Path, root: Path) -> list[tuple[str, str]]:
-    """(file, first differing key) for every file of ``root`` that differs from ``twin``'s."""
-    files = {p.relative_to(twin) for p in twin.rglob("*") if p.is_file()}
-    files |= {p.relative_to(root) for p in root.rglob("*") if p.is_file()}
-    out = []
-    for rel in sorted(f for f in files if not excluded(f)):
-        a, b = twin / rel, root / rel
-        if not b.exists():
-            out.append((f"{root.name}/{rel}", "missing in the chaos run"))
-        elif not a.exists():
-            out.append((f"{root.name}/{rel}", "not in the undisturbed run"))
-        else:
-            left, right = parsed(a), parsed(b)
-            diff = first_difference(left, right)
-            if diff is not None and rel.name == "events.jsonl":
-                diff = "; ".join([diff, *moved_compactions(left, right)])
-            if diff is not None:
-                out.append((f"{root.name}/{rel}", diff))
-    return out
-
-
 # ---- report -------------------------------------------------------------------------------------
 
 
@@ -745,11 +572,15 @@ def summarize(faults: list[Fault], copies: list[Path], twins: dict[str, Path], g
     dups: list[str] = []
     lost: list[str] = []
     diffs: list[tuple[str, str]] = []
+    expected: list[tuple[str, str]] = []
     for root in copies:
         d, lo = audit(root, twins[root.name])
         dups += d
         lost += lo
-        diffs += compare(twins[root.name], root)
+        proving_faulted = any(f.scenario == root.name and "inside baton.proving" in f.detail for f in injected)
+        found = compare(twins[root.name], root, proving_faulted)
+        diffs += found.diffs
+        expected += found.expected
     times = [f.recovery_s for f in recovered]
     kills = [f.recovery_s for f in recovered if f.kind == "worker_kill"]
     not_done = {name: (given_up.get(name) or "") + f" (phase {s.get('phase')}, status {s.get('status')})"
@@ -765,7 +596,8 @@ def summarize(faults: list[Fault], copies: list[Path], twins: dict[str, Path], g
         "requested": requested, "injected": len(injected), "recovered": len(recovered), "by_kind": by_kind,
         "median": statistics.median(times) if times else None, "max": max(times) if times else None,
         "kill_median": statistics.median(kills) if kills else None, "kill_max": max(kills) if kills else None,
-        "duplicates": dups, "lost": lost, "diffs": diffs, "not_done": not_done, "crashed": list(crashed or []),
+        "duplicates": dups, "lost": lost, "diffs": diffs, "expected": expected, "not_done": not_done,
+        "crashed": list(crashed or []),
         "discarded": discarded,
         "faults": [f"{f.scenario}: {f.kind}: {f.detail}; next progress after {secs(f.recovery_s)} s" for f in injected],
         "stops": sum(f.kind == "sigstop" for f in injected),
@@ -782,8 +614,12 @@ def secs(x: float | None) -> str:
 
 def final_line(s: dict[str, Any]) -> str:
     return (f"faults {s['injected']}, recovered {s['recovered']}, duplicates {len(s['duplicates'])}, "
-            f"lost {len(s['lost'])}, differing files {len(s['diffs'])}, recovery median {secs(s['median'])}s "
-            f"max {secs(s['max'])}s")
+            f"lost {len(s['lost'])}, differing files {len(s['diffs'])}{explained(s)}, "
+            f"recovery median {secs(s['median'])}s max {secs(s['max'])}s")
+
+
+def explained(s: dict[str, Any]) -> str:
+    return f" (and {len(s['expected'])} differences a fault explains)" if s.get("expected") else ""
 
 
 def failed(s: dict[str, Any]) -> bool:
@@ -797,7 +633,8 @@ def details(s: dict[str, Any], limit: int = 30) -> str:
                          ("workers that exited by themselves", s["crashed"]),
                          ("faults never injected", s["never_fired"]), ("faults not recovered from", s["unrecovered"]),
                          ("duplicates", s["duplicates"]), ("lost", s["lost"]),
-                         ("differing files (first differing key)", [f"{f}: {k}" for f, k in s["diffs"]])):
+                         ("differing files (first differing key)", [f"{f}: {k}" for f, k in s["diffs"]]),
+                         ("differences a fault explains (not counted)", [f"{f}: {k}" for f, k in s["expected"]])):
         if items:
             shown = items[:limit] + ([f"... and {len(items) - limit} more"] if len(items) > limit else [])
             parts.append(f"{title} ({len(items)}):\n" + "\n".join(f"  - {x}" for x in shown))
@@ -828,6 +665,7 @@ def render(s: dict[str, Any], res: dict[str, Any]) -> str:
         ["stale writes discarded by fencing (`discarded.jsonl` records)", s["discarded"]],
         ["duplicates", len(s["duplicates"])], ["lost records", len(s["lost"])],
         ["differing files", len(s["diffs"])],
+        ["differences a fault explains (listed, not counted)", len(s["expected"])],
         ["copies done and succeeded", f"{res['copies'] - len(s['not_done'])} of {res['copies']}"],
         ["wall time (whole script)", f"{res['wall']:.0f} s (undisturbed run {res['baseline_wall']:.0f} s, "
                                      f"chaos run {res['chaos_wall']:.0f} s)"],
@@ -889,7 +727,7 @@ def chaos(faults: int, seed: int, scenarios: int | None = None, workdir: Path | 
         if not quiet:
             print(f"redis {server.url}; workdir {workdir}; {count} copies; plan: "
                   + ", ".join(f"{f.scenario}:{f.kind}@{f.at_fraction:.0%}" for f in faults_plan), flush=True)
-        twins, res["baseline_wall"] = run_undisturbed(server.url, workdir / "undisturbed", names, env, limit / 3)
+        twins, res["baseline_wall"] = run_undisturbed(server.url, workdir / "undisturbed", names, env, limit)
         twins_by = {t.name: t for t in twins}
         if not quiet:
             print(f"undisturbed run: {count} copies done in {res['baseline_wall']:.1f}s", flush=True)
