@@ -123,9 +123,13 @@ EXAMPLES_DIR = Path(__file__).resolve().parent
 
 
 def shipped_example(name: str) -> Path | None:
-    """The folder of an example scenario that ships with baton (``refund_desk``), or None."""
+    """The folder of an example scenario that ships with baton (``refund_desk``), or None. An example is one the
+    simulated model has a script for (``_simulations/<name>.py``): in a checkout this folder also holds the user's
+    own scenarios (``baton new mine --from refund_desk``), which have a scenario.toml too and are no example."""
     folder = EXAMPLES_DIR / name
-    return folder if not name.startswith(("_", ".")) and (folder / "scenario.toml").is_file() else None
+    if name.startswith(("_", ".")) or not (EXAMPLES_DIR / "_simulations" / f"{name}.py").is_file():
+        return None
+    return folder if (folder / "scenario.toml").is_file() else None
 
 
 def example_copied(root: Path) -> str | None:

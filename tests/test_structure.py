@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sources import package_sources
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("context", "scenarios", "proving", "agents", "workers")
 # What each package may import from the others: workers -> agents -> context; proving (the sandbox,
@@ -30,14 +32,10 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _in_package(path: Path) -> bool:
-    # Example scenario folders (scenarios/refund_desk/) hold data and a simulated-model
-    # script loaded by name; they are not part of the package.
-    return all((folder / "__init__.py").exists() for folder in path.parents if REPO in folder.parents)
-
-
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for package in PACKAGES for p in (REPO / package).rglob("*.py") if _in_package(p)}
+    # Scenario folders (the example's, a user's with its run outputs) and the simulated model's scripts are no
+    # package: their files are data or model-written code, not baton's modules.
+    return {_module_name(p): p for package in PACKAGES for p in package_sources(REPO, package)}
 
 
 def _imports(path: Path, known: set[str]) -> set[str]:
