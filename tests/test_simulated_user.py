@@ -2,7 +2,7 @@
 user"): it reads the user part back out of the user simulator's prompt, answers by the scripted user's rules and
 labels every turn ``[simulated]``; in-process as ``baton/simulated`` and through ``baton fake-api`` as any
 ``anthropic/`` model. The runs through Inspect reuse tests/test_conversation_export.py's export (the example with
-one hand-written conversational sample) and its helpers. Needs the `inspect` extra (pip install -e '.[inspect]')."""
+one hand-written conversational sample) and its helpers. Needs Inspect AI (a core dependency: pip install -e .)."""
 
 from __future__ import annotations
 
