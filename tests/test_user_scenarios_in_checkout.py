@@ -42,3 +42,16 @@ def test_a_users_scenario_is_no_shipped_example(checkout_scenarios: Path) -> Non
     assert shipped_example("refund_desk") == checkout_scenarios / "refund_desk"
     assert shipped_example("mine") is None  # the user's, though it has a scenario.toml
     assert shipped_example("_simulations") is None
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs git and a checkout")
+@pytest.mark.parametrize("name", ["dist", "build", "export", "logs"])
+def test_a_users_scenario_is_never_hidden_from_git_by_its_name(name: str) -> None:
+    """.gitignore's build folders are the checkout's own (issue 38: `dist/` hid a scenario named dist)."""
+    import subprocess
+
+    for path in (f"scenarios/{name}/brief.md", f"scenarios/{name}/scenario.toml"):
+        ignored = subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=REPO)
+        assert ignored.returncode == 1, f"{path} is ignored by .gitignore"
+    run_output = subprocess.run(["git", "check-ignore", "--no-index", "-q", f"scenarios/{name}/run.json"], cwd=REPO)
+    assert run_output.returncode == 0  # a run's outputs stay out of git, whatever the scenario's name
