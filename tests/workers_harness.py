@@ -46,9 +46,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def load_scaled(seconds: float) -> float:
+    """``seconds`` stretched by the machine's load: the one-minute load average per core, at least 1 and at most
+    6. A wait for a takeover or a run on a busy machine (six busy processes on two cores, say) must make the
+    test slower, not red; on a quiet machine the bound is the one written."""
+    per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return seconds * min(6.0, max(1.0, per_core))
+
+
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S, interval: float = 0.05,
              diagnose: Callable[[], str] | None = None) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail with ``diagnose()`` on time-out."""
+    """Poll ``predicate`` until it returns something truthy; fail with ``diagnose()`` on time-out, which is
+    ``timeout`` scaled by the load when the wait starts (``load_scaled``)."""
+    timeout = load_scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
