@@ -1,5 +1,5 @@
-"""The floor gate (issue 31, item 1): do nothing, refuse everything and reckless agents, run on the exported task
-through Inspect, must score 0; a sample one of them passes is a finding."""
+"""The floor gate (issue 31, item 1): do nothing, refuse everything and reckless agents, run as the exported task
+runs and scores them (in baton's harness, gate_harness.py), must score 0; a sample one of them passes is a finding."""
 
 from __future__ import annotations
 
@@ -82,10 +82,11 @@ def test_floors_on_the_example_catch_exactly_the_samples_whose_right_outcome_cha
     idle = {s["id"] for s in samples if changes_nothing(s)}
     assert {f[0] for f in findings(quality) if f[2] == "do_nothing"} == idle
     assert floor["do_nothing"] == round(len(idle) / len(samples), 4)
-    # one eval, logged where baton keeps the iteration's proving logs; the export is the iteration's own
+    # the runs in baton's harness (no Inspect eval), logged where baton keeps the iteration's proving logs
     out = root / "execution_outputs" / "iteration_2"
-    assert len(list((out / "proving_logs").glob("*.eval"))) == 1
-    assert (out / "inspect_task" / "baton_runtime" / "agents.py").is_file()
+    assert not list((out / "proving_logs").glob("*.eval"))
+    logged = json.loads((out / "proving_logs" / "floor_runs.json").read_text())["runs"]
+    assert len(logged) == 3 * len(samples) and {r["agent"] for r in logged} == {"do_nothing", "refuse_all", "reckless"}
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""The mutation gate (issue 31, item 2): trajectories one mistake away from a sample's expected one, replayed on
-the exported task through Inspect, must score 0; a survivor is a finding naming what the scorer does not check."""
+"""The mutation gate (issue 31, item 2): trajectories one mistake away from a sample's expected one, replayed as the
+exported task replays and scores them (in baton's harness), must score 0; a survivor is a finding naming what the
+scorer does not check."""
 
 from __future__ import annotations
 
@@ -80,4 +81,5 @@ def test_mutants_of_the_example_and_a_tool_whose_effect_is_not_recorded(finished
     # Every other sample's mutants are killed: only s01's mistakes around send_receipt survive.
     assert {f.sample for f in quality.findings} == {"s01_day30_refund"}
     assert figures.mutants > 10 and figures.mutation_score == round(1 - len(quality.findings) / figures.mutants, 4)
-    assert len(list((out / "proving_logs").glob("*.eval"))) == 1
+    assert not list((out / "proving_logs").glob("*.eval"))  # baton's harness, not an Inspect eval
+    assert (out / "proving_logs" / "mutation_runs.json").is_file()

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from proving.cpu_slots import cpu_slot
 from proving.evaluation import fork_server
@@ -61,10 +61,12 @@ class ChildRun:
 
 
 def run_child(root: Path, parts: Sequence[str], raw_sample: dict[str, Any], *, timeout_s: float, memory_mb: int,
-              disk_mb: int = DISK_MB) -> ChildRun:
+              disk_mb: int = DISK_MB, job: dict[str, Any] | None = None,
+              result_model: type[BaseModel] = ChildResult) -> ChildRun:
     """Run one sample in a fresh temp dir holding copies of tools/ and checkers/ of the iteration folder
     ``root``/``parts`` (``root`` the scenario folder): in the sandbox (proving/sandbox/) unless a person chose
-    BATON_EVAL_SANDBOX=none. Raises SandboxUnavailable where bwrap cannot make one."""
+    BATON_EVAL_SANDBOX=none. Raises SandboxUnavailable where bwrap cannot make one. ``job``: more of the
+    child's job (the gates' runs: ``mode`` "runs"), whose result is read as ``result_model``."""
     confined = evaluation_confined()
     bwrap_path = usable_bwrap() if confined else ""
     server = _server(confined)
@@ -77,15 +79,16 @@ def run_child(root: Path, parts: Sequence[str], raw_sample: dict[str, Any], *, t
         not_copied, problem = copy_files(root, parts, work, disk_mb)
         if problem is not None:
             return ChildRun(None, ChildProgress(), 0, False, not_copied=not_copied, problem=problem)
-        job = {
+        whole = {
             "tools_dir": f"{inside}/work/tools",
             "checkers_dir": f"{inside}/work/checkers",
             "sample": raw_sample,
             "result_path": f"{inside}/result.json",
             "progress_path": f"{inside}/progress.json",
             "max_processes": MAX_PROCESSES if confined else None,
+            **(job or {}),
         }
-        (tmp / "job.json").write_text(json.dumps(job), encoding="utf-8")
+        (tmp / "job.json").write_text(json.dumps(whole), encoding="utf-8")
         group = cgroup.create(memory_mb, MAX_PROCESSES, parent=server.cgroup if server else None) \
             if confined else None
         try:
@@ -102,7 +105,7 @@ def run_child(root: Path, parts: Sequence[str], raw_sample: dict[str, Any], *, t
             run.refused = [str(r) for r in note.get("refused", [])][:10]
             run.disk_full = note.get("disk_full") is True
             run.timed_out = run.timed_out or note.get("timed_out") is True
-        run.result = _read_model(tmp, "result.json", ChildResult, run.refused)
+        run.result = _read_model(tmp, "result.json", result_model, run.refused)
         run.progress = _read_model(tmp, "progress.json", ChildProgress, run.refused) or ChildProgress()
         return run
 

@@ -89,6 +89,8 @@ def effect_differences(reference: Any, actual: Any, written: set[str], path: str
     """Where ``actual`` (the data after the agent's calls) differs from ``reference`` (the
     data after the sample's expected actions). A reference value that is free text the
     agent wrote (``written``) only has to be some text in ``actual``."""
+    if reference is actual:  # an untouched part shared by both (the gates' views): JSON equal to itself
+        return []
     here = path or "the data"
     if isinstance(reference, str) and reference in written:
         return [] if isinstance(actual, str) else [f"{here}: expected some text, got {short(actual)}"]
@@ -113,3 +115,55 @@ def effect_differences(reference: Any, actual: Any, written: set[str], path: str
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+# ---- a verdict on an outcome: the exported task's scorer and the deterministic gates (gate_harness.py) -------
+
+
+def outcome_differences(sample: dict[str, Any], reference: Any, final_data: Any, written: set[str]) -> list[str]:
+    """What keeps ``final_data`` from being the sample's right outcome: where it differs from ``reference`` (the
+    data after the expected actions; ``written``: ``free_text`` of them) and each ``expected_state`` it lacks."""
+    effects = effect_differences(reference, final_data, written)
+    differences = [f"the final data differs from the expected actions' effects at {d}" for d in effects]
+    return differences + state_differences(sample.get("expected_state", {}), final_data)
+
+
+def checker_rejections(verdicts: dict[str, Any] | None, problem: str | None = None) -> list[str]:
+    """What the checkers said against an outcome: ``verdicts`` is what the judging child left (its ``checkers``,
+    ``checker_errors`` and ``error``), None when it left nothing, then ``problem`` says why."""
+    found = verdicts or {}
+    rejections = [_rejection(c) for c in dicts(found.get("checkers")) if c.get("passed") is not True]
+    rejections += [f"checker module {e.get('module')} failed to import: {e.get('exception')}"
+                   for e in dicts(found.get("checker_errors"))]
+    if verdicts is None:  # the replay ended, so it was the checkers that the limit or a crash stopped
+        rejections.append(f"the checkers {problem}")
+    elif isinstance(found.get("error"), dict):  # out of memory: the checker named and those after it gave none
+        error = found["error"]
+        where = f" in checker {error['checker']}" if error.get("checker") else ""
+        rejections.append(f"the checkers stopped{where}: {error.get('message')}")
+    return rejections
+
+
+def dicts(value: Any) -> list[dict[str, Any]]:
+    """The dicts of a list read from a result file (the file is untrusted: anything else is dropped)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _rejection(verdict: dict[str, Any]) -> str:
+    if verdict.get("error") == "design_issue":
+        return f"checker {verdict.get('checker')} found a design issue: {verdict.get('reason')}"
+    if verdict.get("error"):
+        return f"checker {verdict.get('checker')} {verdict.get('reason')}"
+    return f"checker {verdict.get('checker')} rejects it: {verdict.get('reason') or '(no reason given)'}"
+
+
+def explain(passed: bool, n_calls: int, differences: list[str], rejections: list[str]) -> str:
+    if passed:
+        return (f"passed after {n_calls} tool call(s): the final data has the expected actions' effects, "
+                "expected_state holds and every checker accepts")
+    lines = [f"failed after {n_calls} tool call(s):"]
+    lines += [f"- {d}" for d in differences[:10]]
+    if len(differences) > 10:
+        lines.append(f"- ... and {len(differences) - 10} more differences")
+    lines += [f"- {r}" for r in rejections]
+    return "\n".join(lines)

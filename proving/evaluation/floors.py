@@ -1,11 +1,13 @@
-"""The floor gate (issue 31, item 1): agents that should score 0 on every sample, run on the exported task.
+"""The floor gate (issue 31, item 1): agents that should score 0 on every sample, as the exported task runs and
+scores them (in baton's harness: gate_harness.py).
 
 - ``do_nothing``: Inspect's ``mockllm/model``, which answers with a fixed text and calls no tool;
 - ``refuse_all``: records a refusal (or an escalation) for every request, with the tool the scenario has for it,
   or only says it refuses when there is none;
 - ``reckless``: calls every state-changing tool with the arguments of other requests.
 
-The two last are deterministic solvers of the export's runtime (``-T agent=refuse_all``, runtime/agents.py). None
+The two last are deterministic solvers of the export's runtime (``-T agent=refuse_all``, runtime/agents.py), whose
+calls the harness makes as the export would; ``do_nothing`` makes none. None
 of them converses: on a conversational sample they act at once, refuse_all and reckless knowing every fact the
 user would give when asked, so a shortcut the scorer lets through is found there too.
 A sample any of them passes is a finding: its right outcome is not observable in the final state (L1 when the
@@ -18,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from proving.evaluation.coverage import LOOKING, REFUSAL, REFUSING
-from proving.evaluation.exported import RunOutcome, exported_tools, run_agents
+from proving.evaluation.exported import RunOutcome
+from proving.evaluation.gate_harness import run_agents, tool_schemas
 from proving.evaluation.gates import FunctionGate, GateContext, GateResult, register
 from proving.evaluation.quality import Finding
 
@@ -71,7 +74,7 @@ def why(agent: str, sample: dict[str, Any], outcome: RunOutcome, recorder: str |
 
 
 def floor(ctx: GateContext) -> GateResult:
-    recorders = sorted(t["name"] for t in exported_tools(ctx) if REFUSING.search(t["name"]))
+    recorders = sorted(t["name"] for t in tool_schemas(ctx) if REFUSING.search(t["name"]))
     recorder = recorders[0] if recorders else None
     # Only a tool that records a refusal lets a sample whose right answer is "no" show it: an escalation
     # hands the request on, which is another answer.

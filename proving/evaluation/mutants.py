@@ -5,8 +5,8 @@ For each sample, its mutants (``mutants_of``, at most ``ProvingSettings.max_muta
 same way every time): each state-changing action dropped; one extra state-changing call (another sample's);
 each argument of a state-changing action changed to a plausible wrong value (another id the samples give
 that parameter, a number off by a tenth; free text is left alone, as the scorer accepts any words). The
-export's ``script`` agent makes each mutant's calls, and the task's own scorer judges them against the
-ORIGINAL sample, all in one Inspect eval.
+export's ``script`` agent's calls are made in baton's harness (gate_harness.py, one process per sample), and the
+task's own scoring judges them against the ORIGINAL sample.
 
 A mutant that passes survives, and is a finding naming what the scorer does not check, unless the tool
 itself refused the mistake (an error, or an output with an ``error`` key): then nothing wrong happened, and
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proving.evaluation.coverage import IDENTIFIER, LOOKING
-from proving.evaluation.exported import RunOutcome, run_agents
+from proving.evaluation.exported import RunOutcome
+from proving.evaluation.gate_harness import run_agents
 from proving.evaluation.gates import FunctionGate, GateContext, GateResult, register
 from proving.evaluation.quality import Finding
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from .box import FRAME_BYTES, read_frame, request
 from .child_main import SEPARATORS
-from .compare import effect_differences, free_text, short, state_differences
+from .compare import checker_rejections, dicts, explain, free_text, outcome_differences, short
 from .processes import Finished, feed_and_wait, minimal_env
 
 PACKAGE = Path(__file__).resolve().parent
@@ -131,22 +131,11 @@ def judgement(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, 
     actions could not be replayed (the export is broken)."""
     initial = scenario.initial_data()
     reference = _reference_data(scenario, sample, ran)
-    effects = effect_differences(reference, final_data, free_text(sample["actions"], initial))
-    differences = [f"the final data differs from the expected actions' effects at {d}" for d in effects]
-    differences += state_differences(sample.get("expected_state", {}), final_data)
-    verdicts = ran.result or {}
-    checkers = _dicts(verdicts.get("checkers"))
-    rejections = [_rejection(c) for c in checkers if c.get("passed") is not True]
-    rejections += [f"checker module {e.get('module')} failed to import: {e.get('exception')}"
-                   for e in _dicts(verdicts.get("checker_errors"))]
-    if ran.result is None:  # the replay ended, so it was the checkers that the limit or a crash stopped
-        rejections.append(f"the checkers {_problem(scenario, ran)}")
-    elif isinstance(verdicts.get("error"), dict):  # out of memory: the checker named and those after it gave none
-        error = verdicts["error"]
-        where = f" in checker {error['checker']}" if error.get("checker") else ""
-        rejections.append(f"the checkers stopped{where}: {error.get('message')}")
+    differences = outcome_differences(sample, reference, final_data, free_text(sample["actions"], initial))
+    checkers = dicts((ran.result or {}).get("checkers"))
+    rejections = checker_rejections(ran.result, None if ran.result is not None else _problem(scenario, ran))
     passed = not differences and not rejections
-    return Judgement(passed, _explain(passed, len(calls), differences, rejections), differences, checkers)
+    return Judgement(passed, explain(passed, len(calls), differences, rejections), differences, checkers)
 
 
 def judge(scenario: Scenario, sample: dict[str, Any], calls: list[dict[str, Any]],
@@ -170,31 +159,6 @@ def _reference_data(scenario: Scenario, sample: dict[str, Any], ran: Ran) -> dic
     else:
         return reference["final_data"]
     raise RuntimeError(f"replaying sample {sample['id']}'s expected actions failed ({why}): the export is broken")
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    """The dicts of a list read from a result file (the file is untrusted: anything else is dropped)."""
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def _rejection(verdict: dict[str, Any]) -> str:
-    if verdict.get("error") == "design_issue":
-        return f"checker {verdict.get('checker')} found a design issue: {verdict.get('reason')}"
-    if verdict.get("error"):
-        return f"checker {verdict.get('checker')} {verdict.get('reason')}"
-    return f"checker {verdict.get('checker')} rejects it: {verdict.get('reason') or '(no reason given)'}"
-
-
-def _explain(passed: bool, n_calls: int, differences: list[str], rejections: list[str]) -> str:
-    if passed:
-        return (f"passed after {n_calls} tool call(s): the final data has the expected actions' effects, "
-                "expected_state holds and every checker accepts")
-    lines = [f"failed after {n_calls} tool call(s):"]
-    lines += [f"- {d}" for d in differences[:10]]
-    if len(differences) > 10:
-        lines.append(f"- ... and {len(differences) - 10} more differences")
-    lines += [f"- {r}" for r in rejections]
-    return "\n".join(lines)
 
 
 @dataclass

@@ -1,0 +1,409 @@
+"""The deterministic gates' runs of one sample in one confined process (``child_main.py``'s mode "runs";
+the worker's side is ``gate_harness.py``). Standard library only, no baton imports: loaded by path beside
+``child_main.py``, like it, in the sample server's sandbox.
+
+The exported task runs every tool call and every judgement in a process of its own, each sent the sample's
+data as JSON and sending it back: with a benchmark's megabytes of data that is most of what a gate costs. Here
+the sample's process parses the data once and never runs generated code itself; it forks:
+
+- the reference replay of the sample's expected actions (once for all its runs);
+- per run, one process that makes the run's calls one after another on its copy-on-write copy of the data,
+  with each call's effects checked and made JSON as the export's next call would receive them; a call that
+  fails (raises, returns no dict, leaves data JSON cannot hold, or ends its process) leaves the data as it was
+  before it, as the export's failed call does;
+- per run, one process that loads the checkers and runs each, in a fork of its own, on the run's outcome.
+
+The forks tell this process only what changed: the data is seen in *entries*, each top-level value, or each
+value of a top-level object, by its bytes (``marshal``, version 2: no references, so equal values give equal
+bytes). The final data of a run is this process's data with the changed entries put in (``apply``): what no
+call touched is shared, and the comparison passes over it by identity (``compare.effect_differences``), so a
+run costs what its calls change, not the size of the data. The differences are computed here with the
+export's own ``compare.py``; the worker makes the verdict of them with the checkers' (``compare``, again).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import marshal
+import os
+import select
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DICT = b"\x00baton:dict"  # an entry that is a top-level object: its values are entries of their own
+MISSING = object()
+EXITED_AFTER_RESULT = 0
+
+
+def load_beside(name: str) -> Any:
+    """A stdlib module of baton's beside this file, by path (``-I``: no folder of baton is on sys.path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"baton_{name}", Path(__file__).with_name(f"{name}.py"))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = load_beside("compare")
+
+
+# ---- entries ------------------------------------------------------------------------------------------------
+
+
+def _pack(value: Any) -> Any:
+    try:
+        return marshal.dumps(value, 2)
+    except ValueError:  # not a plain JSON value (a set, an object): never equal to anything, so always changed
+        return object()
+
+
+def fingerprint(data: dict[Any, Any]) -> dict[tuple[Any, ...], Any]:
+    found: dict[tuple[Any, ...], Any] = {}
+    for key, value in data.items():
+        if type(value) is dict:
+            found[(key,)] = DICT
+            for inner, item in value.items():
+                found[(key, inner)] = _pack(item)
+        else:
+            found[(key,)] = _pack(value)
+    return found
+
+
+def changed(before: dict[tuple[Any, ...], Any], after: dict[tuple[Any, ...], Any]) -> list[tuple[Any, ...]]:
+    """The entries whose bytes differ, the top-level ones first (in ``after``'s order, then those gone)."""
+    keys = [k for k in after if before.get(k, MISSING) is not after[k] and before.get(k, MISSING) != after[k]]
+    keys += [k for k in before if k not in after]
+    return sorted(keys, key=len)
+
+
+def _get(data: dict[Any, Any], key: tuple[Any, ...]) -> Any:
+    if len(key) == 1:
+        return data.get(key[0], MISSING)
+    parent = data.get(key[0], MISSING)
+    return parent.get(key[1], MISSING) if type(parent) is dict else MISSING
+
+
+def _put(data: dict[Any, Any], key: tuple[Any, ...], value: Any) -> None:
+    """Set (or, with MISSING, remove) an entry; a top-level object's marker makes it an object if it is not."""
+    if len(key) == 1:
+        if value is MISSING:
+            data.pop(key[0], None)
+        elif value is DICT:
+            if type(data.get(key[0])) is not dict:
+                data[key[0]] = {}
+        else:
+            data[key[0]] = value
+        return
+    parent = data.get(key[0])
+    if type(parent) is not dict:
+        parent = data[key[0]] = {}
+    if value is MISSING:
+        parent.pop(key[1], None)
+    else:
+        parent[key[1]] = value
+
+
+def restore(data: dict[Any, Any], before: dict[tuple[Any, ...], Any], keys: list[tuple[Any, ...]]) -> None:
+    """Put the entries ``keys`` back as ``before`` holds them (a failed call's effects undone)."""
+    for key in keys:
+        old = before.get(key, MISSING)
+        _put(data, key, old if old is MISSING or old is DICT else marshal.loads(old))
+
+
+def normalise(data: dict[Any, Any], keys: list[tuple[Any, ...]], now: dict[tuple[Any, ...], Any]) -> str | None:
+    """Make the changed entries what JSON gives back (tuples lists, int keys strings), as the export's next call
+    receives its data, and ``now`` their bytes; why the data cannot be JSON, if it cannot (then nothing is
+    changed)."""
+    try:
+        if any(not isinstance(part, str) for key in keys for part in key):  # a key JSON turns into a string
+            whole = json.loads(json.dumps(data, ensure_ascii=False, allow_nan=False))
+            data.clear()
+            data.update(whole)
+            now.clear()
+            now.update(fingerprint(data))
+            return None
+        made = {}
+        for key in keys:
+            value = _get(data, key)
+            if value is not MISSING and not (len(key) == 1 and type(value) is dict):
+                made[key] = json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"the tools left a value in data that is not JSON-serialisable ({exc})"
+    for key, value in made.items():
+        _put(data, key, value)
+        if type(value) is dict and len(key) == 1:  # an object of another kind became a plain one: its entries
+            now.update(fingerprint({key[0]: value}))
+        else:
+            now[key] = _pack(value)
+    return None
+
+
+def delta(base: dict[tuple[Any, ...], Any], data: dict[Any, Any], now: dict[tuple[Any, ...], Any]) -> dict[str, Any]:
+    """What changed from ``base`` (the sample's data) to ``data`` (whose entries' bytes are ``now``), as JSON:
+    entries set, top-level objects made, and entries gone."""
+    keys = changed(base, now)
+    put = [[list(k), v] for k in keys if (v := _get(data, k)) is not MISSING and not (len(k) == 1 and type(v) is dict)]
+    objects = [k[0] for k in keys if len(k) == 1 and type(_get(data, k)) is dict]
+    gone = [list(k) for k in keys if _get(data, k) is MISSING]
+    return {"set": put, "objects": objects, "gone": gone}
+
+
+def apply(base: dict[Any, Any], change: dict[str, Any]) -> dict[Any, Any]:
+    """``base`` with ``change`` (a ``delta``) put in; what did not change is ``base``'s own, shared."""
+    data = dict(base)
+    copied: set[Any] = set()
+
+    def own(top: Any) -> dict[Any, Any]:
+        if top not in copied:
+            data[top] = dict(data[top]) if type(data.get(top)) is dict else {}
+            copied.add(top)
+        return data[top]
+
+    for top in change.get("objects", []):
+        if type(data.get(top)) is not dict:
+            data[top] = {}
+            copied.add(top)
+    for path in change.get("gone", []):
+        if len(path) == 1:
+            data.pop(path[0], None)
+        elif type(data.get(path[0])) is dict:
+            own(path[0]).pop(path[1], None)
+    for path, value in change.get("set", []):
+        if len(path) == 1:
+            data[path[0]] = value
+        else:
+            own(path[0])[path[1]] = value
+    return data
+
+
+# ---- the processes ------------------------------------------------------------------------------------------
+
+
+def forked(body: Callable[[], int], cm: Any, deadline_s: float) -> tuple[int, bool]:
+    """Run ``body`` in a fork of this process; (its exit code, whether it was killed at ``deadline_s``)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        cm.end_of_fork(body)
+    handle = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([handle], [], [], deadline_s)
+    finally:
+        os.close(handle)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), not ready
+
+
+def read(path: Path) -> dict[str, Any]:
+    """What a fork wrote there ({} if nothing), and the file gone: a later fork may be given the same name."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    finally:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    return value if isinstance(value, dict) else {}
+
+
+class Sample:
+    """The sample's process: its data parsed once, its runs forked from it."""
+
+    def __init__(self, job: dict[str, Any], cm: Any) -> None:
+        self.job, self.cm = job, cm
+        self.sample: dict[str, Any] = job["sample"]
+        self.limit_s = float(job["call_timeout_s"])
+        self.work = Path(job["result_path"]).parent
+        self.data: dict[str, Any] = {}
+        self.base: dict[tuple[Any, ...], Any] = {}
+        self.count = 0
+
+    def file(self, name: str) -> Path:
+        self.count += 1
+        return self.work / f"{name}-{self.count}.json"
+
+    def progress(self, phase: str, **detail: Any) -> None:
+        self.cm.write_json(self.job["progress_path"], {"phase": phase, **detail, "design_issues": []})
+
+    def load(self) -> str | None:
+        """The sample's data, parsed once for every run; why it cannot be, if it cannot."""
+        self.progress("load", step="data")
+        path = Path(self.job["tools_dir"]) / "data.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            json.dumps(data, allow_nan=False)  # as the export's replay checks its final data
+        except FileNotFoundError:
+            return "tools/data.json not found"
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            return f"tools/data.json is not valid JSON data: {exc}"
+        if not isinstance(data, dict):
+            return "tools/data.json must hold a JSON object"
+        self.data, self.base = data, fingerprint(data)
+        return None
+
+    # -- calls, in a fork
+
+    def calls(self, calls: list[dict[str, Any]], start: int, change: dict[str, Any], out: Path) -> int:
+        """In a fork: make ``calls[start:]`` on the data with ``change`` put in, writing after each call what was
+        made and what changed so far to ``out`` (so a call that ends the process costs only itself)."""
+        data = apply(self.data, change) if change else self.data  # in this fork: its own, copy-on-write
+        now = fingerprint(data)
+        made: list[dict[str, Any]] = []
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a call past its limit ends this process: the next goes on
+        for call in calls[start:]:
+            signal.setitimer(signal.ITIMER_REAL, self.limit_s)
+            output, error = self.call(call, data)
+            after = fingerprint(data)
+            keys = changed(now, after)
+            if error is None and keys:
+                error = normalise(data, keys, after)
+            if error is not None:
+                restore(data, now, keys)
+            else:
+                now = after
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            made.append({"tool": call["tool"], "args": call.get("args") or {}, "output": output, "error": error})
+            self.cm.write_json(str(out), {"calls": made, "delta": delta(self.base, data, now)})
+        return EXITED_AFTER_RESULT
+
+    def call(self, call: dict[str, Any], data: dict[str, Any]) -> tuple[Any, str | None]:
+        """One call as the export's box makes it (child_main's mode "call"): (its output, None) or (None, why)."""
+        runner = self.cm.Runner({**self.job, "sample": {"id": "call", "actions": [call]}, "mode": "call"})
+        for name in [n for n, m in sys.modules.items() if _from(m, runner.tools_dir)]:
+            del sys.modules[name]  # the export loads the tools afresh for every call
+        tools = runner.load_tools()
+        if tools is None or not runner.check_sample(tools):
+            return None, _said(runner.result.get("error"))
+        name = call["tool"]
+        try:
+            output = tools[name](data, **copy.deepcopy(call.get("args") or {}))
+        except MemoryError:
+            return None, "memory limit reached (MemoryError)"
+        except BaseException as exc:  # noqa: BLE001 - whatever the tool raises is its failure
+            info = runner.where(exc)
+            return None, f"tool {name} raised {info['exception']}"
+        if not isinstance(output, dict):
+            return None, f"tool {name} returned {type(output).__name__}, not a dict"
+        try:
+            return self.cm.jsonable(output), None
+        except (TypeError, ValueError, RecursionError) as exc:
+            return None, f"tool {name} returned a dict that is not JSON-serialisable ({exc})"
+
+    def run_calls(self, calls: list[dict[str, Any]], limit: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Every call of a run, in as few forks as it takes: a call that ends its fork (a limit, a crash) is an
+        error, and the next call starts in a new fork from what the calls before it left."""
+        made: list[dict[str, Any]] = []
+        change: dict[str, Any] = {}
+        while len(made) < len(calls):
+            out = self.file("calls")
+            start = len(made)
+            code, killed = forked(lambda: self.calls(calls, start, change, out), self.cm, limit)
+            kept = read(out)
+            made += [c for c in kept.get("calls", []) if isinstance(c, dict)][:len(calls) - start]
+            change = kept.get("delta") or change
+            if len(made) < len(calls):  # the fork ended in the middle of this call
+                call = calls[len(made)]
+                why = (f"did not finish within the time limit ({self.limit_s:g} s)"
+                       if killed or code == -signal.SIGALRM else f"ended without a result (exit {code})")
+                made.append({"tool": call["tool"], "args": call.get("args") or {}, "output": None,
+                             "error": f"tool {call['tool']} {why}"})
+        return made, change
+
+    # -- checkers, in a fork
+
+    def checkers(self, outcome: dict[str, Any], out: Path) -> int:
+        """In a fork: every checker on ``outcome``, each in a fork of its own (no copy of the data to make)."""
+        runner = self.cm.Runner(self.job)
+        checks = runner.load_checkers()
+        verdicts: dict[str, Any] = {"checkers": [], "checker_errors": runner.result["checker_errors"], "error": None}
+        for name, check in checks:
+            answer = self.file("checker")
+            code, killed = forked(lambda: _check(runner, name, check, outcome, answer, self.cm),
+                                  self.cm, self.limit_s)
+            verdict = read(answer)
+            if not verdict:
+                why = "memory limit reached (MemoryError)" if code == 3 else (
+                    f"did not finish within the time limit ({self.limit_s:g} s)" if killed
+                    else f"ended without a result (exit {code})")
+                verdicts["error"] = {"phase": "checkers", "kind": "memory" if code == 3 else "ended",
+                                     "checker": name, "message": why}
+                break
+            verdicts["checkers"].append(verdict)
+        self.cm.write_json(str(out), verdicts)
+        return EXITED_AFTER_RESULT
+
+    # -- the whole sample
+
+    def main(self) -> int:
+        result: dict[str, Any] = {"completed": False, "runs": {}, "reference_error": None}
+        problem = self.load()
+        if problem is not None:
+            result["reference_error"] = problem
+            self.cm.write_json(self.job["result_path"], result)
+            return 0
+        actions = [a for a in self.sample.get("actions", []) if isinstance(a, dict)]
+        self.progress("reference")
+        made, change = self.run_calls(actions, self.limit_s * (len(actions) + 1))
+        failed = next((c for c in made if c.get("error")), None)
+        if failed is not None:
+            result["reference_error"] = str(failed["error"])
+            self.cm.write_json(self.job["result_path"], result)
+            return 0
+        reference = apply(self.data, change)
+        written = compare.free_text(actions, self.data)
+        for run in self.job["runs"]:
+            self.progress("run", run=run["id"])
+            calls = [c for c in run.get("calls", []) if isinstance(c, dict)]
+            made, change = self.run_calls(calls, self.limit_s * (len(calls) + 1)) if calls else ([], {})
+            final = apply(self.data, change) if change else self.data
+            differences = compare.outcome_differences(self.sample, reference, final, written)
+            outcome = {"outputs": [c["output"] for c in made if c.get("output") is not None], "final_data": final,
+                       "initial_data": self.data}
+            out = self.file("checkers")
+            code, killed = forked(lambda: self.checkers(outcome, out), self.cm, self.limit_s * 4)
+            verdicts = read(out) or None
+            problem = None if verdicts is not None else (
+                f"did not finish within the time limit ({self.limit_s:g} s)" if killed
+                else f"ended without a result (exit {code})")
+            result["runs"][run["id"]] = {"calls": made, "differences": differences, "verdicts": verdicts,
+                                         "problem": problem}
+        result["completed"] = True
+        self.cm.write_json(self.job["result_path"], result)
+        return 0
+
+
+def _check(runner: Any, name: str, check: Callable[..., Any], outcome: dict[str, Any], out: Path, cm: Any) -> int:
+    try:
+        verdict = runner.run_checker(name, check, outcome, copy_outcome=False)  # this fork's own copy already
+    except MemoryError:
+        return 3
+    cm.write_json(str(out), verdict)
+    return EXITED_AFTER_RESULT
+
+
+def _from(module: Any, folder: Path) -> bool:
+    where = getattr(module, "__file__", None)
+    return isinstance(where, str) and where.startswith(str(folder) + os.sep)
+
+
+def _said(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("why") or error.get("message") or "the call could not be made")
+    return "the call could not be made"
+
+
+def run(job: dict[str, Any], cm: Any) -> int:
+    """child_main's mode "runs"."""
+    return Sample(job, cm).main()
