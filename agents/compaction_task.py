@@ -17,11 +17,12 @@ from agents.agent import Agent
 from agents.config import ConfigError
 from agents.conventions import ConventionsError
 from agents.disk import AgentDisk, note_discarded
-from agents.events import CompactionRecord, WarningEvent
+from agents.events import CompactionRecord
 from agents.models import ModelError, ModelUnavailable
 from agents.outcomes import CompactionOutcome
 from agents.prompts import prompt
 from agents.settings_layers import load_scenario_config
+from agents.step_request import STILL_OVER, say_once
 from agents.thinking import request_of
 from context.api_compaction import CompactionCall, CompactionReply, CompactionRequest
 from context.assembly import COMPACT_BETA, StaticPrefix
@@ -92,11 +93,11 @@ def _compact(disk: AgentDisk, agent: Agent, after_step: int | None, force: bool)
     )
     disk.event(CompactionRecord(after_step=done, **event.model_dump(exclude={"kind"})))
     threshold, keep = agent.config.context.threshold, agent.config.context.keep_last_steps
-    if event.tokens_after >= threshold:
-        disk.event(WarningEvent(after_step=done, reason=(
+    if event.tokens_after >= threshold:  # said once per agent: it holds for every compaction after it too
+        say_once(disk, done, STILL_OVER, (
             f"after compaction {event.id} the context is still ~{event.tokens_after} tokens, over the threshold of "
             f"{threshold}: the last {keep} steps alone are that large; "
-            "raise the window and threshold or lower keep_last_steps")))
+            "raise the window and threshold or lower keep_last_steps"))
     if disk.state.force_compaction:
         disk.state.too_long_after_compaction += 1
     disk.state.force_compaction = False

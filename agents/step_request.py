@@ -20,7 +20,7 @@ from typing import Any
 from agents.agent import Agent
 from agents.conventions import ConventionsError
 from agents.disk import AgentDisk
-from agents.events import PromptTooLongEvent, StepEvent
+from agents.events import PromptTooLongEvent, StepEvent, WarningEvent
 from agents.models import ModelError, ModelRequest, TokenCounter
 from agents.outcomes import StepOutcome
 from agents.step_outcome import failed
@@ -38,6 +38,9 @@ EXACT_COUNT_MARGIN = 0.10
 # Before its own gaps say otherwise, the chance that a step is followed by an idle of 5-60 minutes: Init idles
 # through Execute's whole turn once per turn of about ten steps; Execute only when a tool or the queue is slow.
 LONG_IDLE_PRIOR = {"init": 0.1, "execute": 0.02}
+# Warning codes of conditions said once per agent (``say_once``).
+SQUEEZED = "context_squeezed"
+STILL_OVER = "still_over_threshold"
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,24 @@ def prepare(disk: AgentDisk, agent: Agent, assembler: Assembler, step: int, base
     try:
         assembled = assembler.assemble(event)
     except ContextOverflow as exc:
+        base["tokens_in_context"] = exc.needed
+        if event is not None and disk.compacted_after() == step - 1:  # a compaction just ran and could not help
+            return failed(disk, step, base, f"the context does not fit even right after a compaction: {exc}")
         return ask_compaction(disk, step, base, str(exc))
     base["tokens_in_context"] = assembled.estimated_input
     if disk.state.force_compaction:
         return ask_compaction(disk, step, base, "the API said the prompt is too long")
+    if assembled.squeezed:
+        # It fits only shrunk (assembly's last resorts): the step waits for a compaction, unless one just ran and
+        # could not do better (it was late: its deadline passed under load, the model was unavailable); then the
+        # shrunk request goes, and the agent says so once.
+        could = assembler.should_compact(replace(assembled, estimated_input=assembler.policy.window), event)
+        if could and disk.compacted_after() != step - 1:
+            return ask_compaction(disk, step, base, f"the context fits the window only shrunk ({assembled.squeezed})")
+        say_once(disk, step - 1, SQUEEZED, (
+            f"the context did not fit the window of {assembler.policy.window:,} tokens with the older tool results "
+            f"trimmed, so requests are shrunk to fit ({assembled.squeezed}; the log keeps everything) until a "
+            "compaction makes room"))
 
     request = request_for(agent, assembled, assembler.static, max_tokens, ttl=ttl_for(disk, assembler, assembled))
     counted = _counted(disk, agent, assembler, assembled, request)
@@ -193,6 +210,15 @@ def too_long(disk: AgentDisk, step: int, base: dict[str, Any], why: str,
     disk.state.force_compaction = True
     disk.event(PromptTooLongEvent(step=step, detail=why, usage=usage))
     return ask_compaction(disk, step, base, why)
+
+
+def say_once(disk: AgentDisk, after_step: int, code: str, reason: str) -> bool:
+    """Record a warning with ``code`` unless the agent has one already: a condition that lasts for many steps
+    (a context over the threshold, thinking left out) is said once, not at every step. Whether it was said now."""
+    if any(isinstance(e, WarningEvent) and e.code == code for e in disk.events):
+        return False
+    disk.event(WarningEvent(after_step=after_step, reason=reason, code=code))
+    return True
 
 
 def ask_compaction(disk: AgentDisk, step: int, base: dict[str, Any], why: str) -> StepOutcome:

@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from context.assembly import Assembled, Assembler, StaticPrefix, kept_from, request_body, with_cache_control
-from context.compaction import SummaryCompactor, SummaryError, parse_summary
+from context.compaction import SummaryCompactor, SummaryError, parse_summary, size_after
 from context.compaction_event import CompactionEvent
 from context.messages import CompactionBlock, Message, Usage
 from context.redaction import redact, redact_value
@@ -142,7 +142,7 @@ class ApiCompactor:
             return fell_back(str(exc), self._own.compact(assembler, previous, **inputs))
         except Exception as exc:  # a refused beta or model, an unavailable API: the model error says which
             return fell_back(f"{type(exc).__name__}: {exc}", self._own.compact(assembler, previous, **inputs))
-        return event.model_copy(update={"tokens_after": assembler.assemble(event).estimated_input})
+        return event.model_copy(update={"tokens_after": size_after(assembler, event)})
 
     def _api_event(self, assembler: Assembler, previous: CompactionEvent | None, ask: CompactionCall, *,
                    schema: Any, prompt: str, timeout_s: float = 120.0, **_own: Any) -> CompactionEvent:

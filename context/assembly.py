@@ -145,6 +145,9 @@ class Assembled:
     # previous request's, the view changed where the engine chose to (a planned break of the prefix).
     plan: str = ""
     betas: list[str] = field(default_factory=list)  # beta headers the strategies' fields and blocks need
+    # What the emergency's last resorts did to fit the window ("thinking left out", "the newest steps
+    # compressed"), "" when none was needed; the step says so once.
+    squeezed: str = ""
 
     @property
     def raw_tokens(self) -> int:
@@ -219,7 +222,13 @@ def kept_from(history: History, base: int, keep_steps: int) -> int:
 
 
 class ContextOverflow(RuntimeError):
-    """Even after emergency trimming the request does not fit the window."""
+    """Even after emergency trimming (results cut, thinking left out) the request does not fit the window: what is
+    left is the system prompt, the tools, the summary, the openings and the newest steps' own text and calls."""
+
+    def __init__(self, message: str, needed: int = 0) -> None:
+        super().__init__(message)
+        self.needed = needed  # the estimated input of the smallest request assembly could make
+
 
 
 @dataclass
@@ -347,6 +356,8 @@ class Assembler:
         and those of earlier ones that are on a message this one keeps, which must stay as they were sent."""
         pins = [(self.history.view_length(p["seq"]) - 1, TextBlock(text=p["text"])) for p in event.pins]
         own = self._api_pin(base, kept_until) if mid_round else None
+        if own is not None and any(block.text == own[1].text for _, block in pins):
+            own = None  # an earlier compaction's pin of the same opening is on a kept message: once is enough
         return tuple(sorted([*pins, *([own] if own else [])], key=lambda pin: pin[0]))
 
     @property
@@ -397,26 +408,45 @@ class Assembler:
         steps = self.history.steps_in(starts[-1])
         n_batches = max(0, (len(steps) - pol.keep_last_steps) // pol.batch) if managed else 0
 
-        prefix, layers, previous_end, n_compressed, chain = self._stable_prefix(
-            event, head, pinned, starts, steps, n_batches, managed, cap_until
-        )
         verbatim = steps[n_batches * pol.batch :]
-        build = partial(
-            self._build, prefix, layers, verbatim, cap_until, previous_end=previous_end,
-            n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, managed=managed,
-            prefix_chain=chain,
-        )
-        assembled, n_trim = build(n_trim=0), 0
-        while self._over_window(assembled) and len(verbatim) - n_trim > pol.min_verbatim_steps:
-            n_trim += 1  # emergency: compress the oldest verbatim step's results
-            assembled = build(n_trim=n_trim)
-        if self._over_window(assembled):
-            assembled = build(n_trim=n_trim, hard_cap=True)
+        # Emergency, in order: compress the oldest verbatim steps (never below min_verbatim_steps) and cap every
+        # result; then leave every thinking block out (kept thinking is billed at its full size, which trimming
+        # results does not reduce, and the API takes a request without it); then compress the newest steps too.
+        # Each later stage only when the one before did not fit: a late or skipped compaction (its deadline passed
+        # under load, the model unavailable) must shrink the request, never end the run. The log keeps it all.
+        thinking, squeezed = True, ""
+        for shed, floor in ((False, pol.min_verbatim_steps), (True, pol.min_verbatim_steps), (True, 0)):
+            if shed and not thinking:  # nothing to leave out: the stage would repeat the one before
+                if floor:
+                    continue
+                shed = False
+            prefix, layers, previous_end, n_compressed, chain = self._stable_prefix(
+                event, head, pinned, starts, steps, n_batches, managed, cap_until, shed
+            )
+            build = partial(
+                self._build, prefix, layers, verbatim, cap_until, previous_end=previous_end,
+                n_compressed=n_compressed, n_kept=n_batches * pol.batch - n_compressed, managed=managed,
+                prefix_chain=chain,
+            )
+            assembled, n_trim = build(n_trim=0), 0
+            while self._over_window(assembled) and len(verbatim) - n_trim > floor:
+                n_trim += 1  # compress the oldest verbatim step
+                assembled = build(n_trim=n_trim)
+            if self._over_window(assembled):
+                assembled = build(n_trim=n_trim, hard_cap=True)
+            below = n_trim > max(0, len(verbatim) - pol.min_verbatim_steps)
+            squeezed = "; ".join(what for what, done in (
+                ("thinking left out", shed), ("the newest steps compressed", below)) if done)
+            if not self._over_window(assembled):
+                break
+            if not shed:
+                thinking = bool(assembled.chain and assembled.chain.sent)
+        assembled.squeezed = squeezed
         if self._over_window(assembled):
             raise ContextOverflow(
                 f"the request needs ~{assembled.estimated_input} input tokens plus {pol.max_tokens} output, "
-                f"over the window of {pol.window}, even with tool results trimmed; compact the context "
-                "or raise the window"
+                f"over the window of {pol.window}, even with every tool result trimmed and thinking left out; "
+                "raise the window", needed=assembled.estimated_input,
             )
         # A compressor of the first protocol (layers 4-5 only) asks nothing of the server.
         asks = getattr(self.compressor, "request_fields", None)
@@ -425,7 +455,8 @@ class Assembler:
         betas = getattr(self.compressor, "betas", list)()
         assembled.betas = sorted({*betas, *([COMPACT_BETA] if by_api else [])})
         # An emergency trim changes the view on purpose too (the oldest verbatim steps compressed to fit).
-        assembled.plan = f"{event.id if event else 0}:{base}:{len(starts)}:{starts[-1]}:{n_batches}:{managed}:{n_trim}"
+        plan = f"{event.id if event else 0}:{base}:{len(starts)}:{starts[-1]}:{n_batches}:{managed}:{n_trim}"
+        assembled.plan = plan + (f":{squeezed}" if squeezed else "")  # so do the last resorts
         return assembled
 
     def _step(self, s: int, cap_until: int, compress: bool = False, hard_cap: bool = False) -> list[Message]:
@@ -464,7 +495,7 @@ class Assembler:
             self._decisions[key] = (raw - small) * rates.read * pol.payback_calls >= rewrite * rates.write
         return self._decisions[key]
 
-    def _stable_prefix(self, event, head, pinned, starts, steps, n_batches, managed, cap_until):
+    def _stable_prefix(self, event, head, pinned, starts, steps, n_batches, managed, cap_until, shed=False):
         """Layers 2-4, memoised: with hysteresis they change only every B steps.
 
         Every part passes the prefix chain (``context.prefix``) as it is laid down, so a thinking block
@@ -473,9 +504,9 @@ class Assembler:
         # following user message can still merge into: its identity is part of the key.
         opening = id(self.history.view[starts[-1]])
         key = (event.id if event else 0, len(head), tuple(starts[-2:]), len(starts), opening, n_batches, managed,
-               self._amend)
+               self._amend, shed)
         if key != self._prefix_key or self._prefix is None:
-            view, chain = self.history.view, PrefixChain(self.static.digest)
+            view, chain = self.history.view, PrefixChain(self.static.digest, shed=shed)
             if event is not None and event.block is not None:  # the API's block, then the kept turns as sent
                 head = [chain.admit_summary(head[0], event.prefix_start, event.prefix_cut), *chain.admit_all(head[1:])]
             else:

@@ -25,7 +25,15 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from context.assembly import Assembled, Assembler, StaticPrefix, kept_from, request_body, with_cache_control
+from context.assembly import (
+    Assembled,
+    Assembler,
+    ContextOverflow,
+    StaticPrefix,
+    kept_from,
+    request_body,
+    with_cache_control,
+)
 from context.compaction_event import CompactionEvent
 from context.compression import archive_ref
 from context.history import History
@@ -356,13 +364,19 @@ def compact(
     """
     started = clock()
     history, agent = assembler.history, assembler.agent
-    assembled = assembler.assemble(previous)
+    try:
+        assembled: Assembled | None = assembler.assemble(previous)
+        tokens_before = assembled.estimated_input
+    except ContextOverflow as exc:  # not even trimmed does the context fit: no summary request can be sent
+        assembled, tokens_before = None, exc.needed
     base = previous.in_view(history).kept_from if previous else 0
     keep = kept_from(history, base, assembler.policy.keep_last_steps)
     summary, usage, error = None, None, None
     cap = cap_tokens(assembler.policy.summary_cap_share, assembler.policy.threshold)
     note = condense_note(previous.summary if previous else None, cap)
-    if call is not None and not breaker.open:
+    if assembled is None:
+        error = "the context does not fit the window even trimmed, so no summary request could be sent"
+    elif call is not None and not breaker.open:
         summary, usage, error = _ask_model(summary_request(assembled, prompt + note), schema, call, timeout_s)
         breaker.record(summary is not None)
     elif call is not None:
@@ -382,7 +396,7 @@ def compact(
         kept_until_seq=history.raw_count,
         prompt=prompt,
         summary=redact_value(summary),
-        tokens_before=assembled.estimated_input,
+        tokens_before=tokens_before,
         duration_s=round(clock() - started, 3),
         usage=usage,
         fallback=fallback,
@@ -390,7 +404,17 @@ def compact(
         condensed=condensed,
         at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-    return event.model_copy(update={"tokens_after": assembler.assemble(event).estimated_input})
+    return event.model_copy(update={"tokens_after": size_after(assembler, event)})
+
+
+def size_after(assembler: Assembler, event: CompactionEvent) -> int:
+    """The estimated input of the next request assembled from ``event``. When even that does not fit (what is left
+    is larger than the window: an opening, a tool call's input), the smallest request's size: the event is still
+    recorded, and the step that meets the overflow says so (``agents.step_request``), never a crash here."""
+    try:
+        return assembler.assemble(event).estimated_input
+    except ContextOverflow as exc:
+        return exc.needed
 
 
 class SummaryCompactor:

@@ -76,9 +76,12 @@ class PrefixChain:
     sent: int = 0  # signed blocks sent back valid
     left_out: int = 0  # signed blocks left out (prefix changed, or a secret in the text)
     ends: list[str] = field(default_factory=list)  # the digest after each admitted message
+    # Leave out every signed block: the request did not fit the window even with tool results trimmed, and
+    # kept thinking is billed at its full size (context.assembly). The API accepts a request without them.
+    shed: bool = False
 
     def copy(self) -> PrefixChain:
-        return PrefixChain(self.digest, self.sent, self.left_out, list(self.ends))
+        return PrefixChain(self.digest, self.sent, self.left_out, list(self.ends), self.shed)
 
     def admit(self, message: Message) -> Message:
         """``message`` as it may be sent: signed blocks whose prefix changed (or with a secret) left out."""
@@ -89,7 +92,7 @@ class PrefixChain:
         kept = []
         for block in message.content:
             if is_signed(block):
-                if block.prefix != digest or withheld(block):
+                if self.shed or block.prefix != digest or withheld(block):
                     self.left_out += 1
                     continue
                 self.sent += 1

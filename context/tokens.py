@@ -176,7 +176,8 @@ def block_tokens(block: Any) -> int:
     """Raw cl100k tokens of one content block (blocks cache this as ``block.tokens``).
 
     text -> its text; tool_use -> name + JSON of input; tool_result -> its text
-    parts (+ images at ``image_tokens``); thinking -> the thinking text; image ->
+    parts (+ images at ``image_tokens``); thinking -> the thinking text or what it was billed, never the
+    signature's bytes; redacted_thinking -> what it was billed; image ->
     ``image_tokens``. Framing is not counted here: the estimator adds it.
     """
     kind = getattr(block, "type", None)
@@ -199,8 +200,15 @@ def block_tokens(block: Any) -> int:
         return max(count_text(block.thinking), _billed_raw(block))
     if kind == "compaction":  # the summary is read as text; the signature is not read
         return count_text(block.content or "")
-    if kind == "redacted_thinking":  # opaque: its encrypted data stands for the thinking it hides
-        return max(count_text(block.data) // 4, _billed_raw(block))
+    if kind == "redacted_thinking":
+        # Its ``data``, like a thinking block's ``signature``, is the thinking in encrypted form ("Thinking
+        # encryption", docs.aws.amazon.com/bedrock/latest/userguide/claude-messages-thinking-encryption.html), and
+        # its length varies with the service, not with what the block costs: a kept block is billed at the thinking
+        # tokens it stands for ("Preserved thinking"; the context-windows page counts previous_thinking_tokens, not
+        # bytes), which the reply's usage told us (``billed``). Only a block stored without that count (a log from
+        # before it was kept) is measured by its data, a quarter of its raw count.
+        billed = _billed_raw(block)
+        return billed if billed else count_text(block.data) // 4
     if kind == "image":
         return image_tokens(getattr(block, "source", None))
     # Unknown block kinds: count any text they carry, else their JSON form.
