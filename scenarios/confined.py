@@ -21,7 +21,7 @@ RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS``: the kernel itself refuses any lin
 folder, on every component. Elsewhere the component walk above does the same in user space. Either way a
 read is bounded: a regular file is checked with ``fstat`` on the open descriptor and read up to a limit
 (``TooLarge`` beyond it), so a FIFO, a device link or a 10 GB sparse file never hangs or floods a reader.
-``copy_tree`` copies a model-written folder as regular files and directories only and names what it refused.
+``scenarios.trees`` copies and removes model-written folders on top of this, bounded.
 
 What stays outside this module's reach: a directory the folder's own processes move out of the folder
 while a descriptor to it is open (Bash and the samples see the scenario folder only, so they cannot).
@@ -67,12 +67,40 @@ class Refused(StoreError):
     """The path leads through a symlink, or names a hard-linked or special file."""
 
 
+class Unwritable(StoreError):
+    """A folder baton must write in refuses it: a read-only file system, or no permission."""
+
+
+UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def unwritable(exc: OSError, folder: Path) -> Unwritable | None:
+    """What to say when writing in ``folder`` failed with ``exc``, naming the folder (never the temp file the
+    error names); None when the failure is another one."""
+    if exc.errno not in UNWRITABLE:
+        return None
+    return Unwritable(f"cannot write in {folder}: it is not writable ({exc.strerror or exc}). baton keeps a "
+                      "scenario's run inside its folder: make the folder writable, or copy the scenario somewhere "
+                      "writable and pass that folder with --scenarios-dir")
+
+
+@contextmanager
+def writing_in(folder: Path) -> Iterator[None]:
+    """Turn a refused write under ``folder`` into ``Unwritable`` naming it; any other error goes on as it is."""
+    try:
+        yield
+    except OSError as exc:
+        refused = unwritable(exc, folder)
+        if refused is None:
+            raise
+        raise refused from None
+
+
 class TooLarge(Refused):
     """A file, or a folder being copied, is larger than the reader's bound."""
 
 
 READ_LIMIT = 256 * 1024 * 1024  # what any one read of a scenario file may take unless its caller says less
-COPY_LIMIT = 1024 * 1024 * 1024  # what one copy of a model-written folder may take in all
 
 # openat2(2): one call resolves the whole path beneath a descriptor, the kernel refusing every link.
 _SYS_OPENAT2 = 437  # the same number on x86_64 and aarch64 (the generic table); other machines walk
@@ -287,7 +315,7 @@ def write_atomic(root: Path, parts: Sequence[str], data: str | bytes, lease: Lea
         raise StoreError("give a file path, not the scenario folder itself")
     raw = data.encode("utf-8") if isinstance(data, str) else data
     name = parts[-1]
-    with directory(root, parts[:-1], create=True) as dir_fd:
+    with writing_in(Path(root, *parts[:-1])), directory(root, parts[:-1], create=True) as dir_fd:
         tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
         try:
@@ -374,64 +402,6 @@ def describe(st: os.stat_result) -> str:
     return "not a regular file"
 
 
-def copy_tree(root: Path, parts: Sequence[str], dest: Path, *, skip: Callable[[str], bool] = lambda _: False,
-              limit_bytes: int = COPY_LIMIT) -> list[str]:
-    """Copy the folder ``root/parts`` into ``dest`` (made; baton's own, empty) as regular files and
-    directories only, each reached by descriptor without following a link. Returns what was refused, as
-    "path: what it is" (a symlink, a FIFO, a device, a hard-linked file), relative to ``root/parts``;
-    names ``skip`` accepts are left out silently. TooLarge once the copy would pass ``limit_bytes``."""
-    refused: list[str] = []
-    copied = [0]
-    dest.mkdir(parents=True, exist_ok=True)
-    with directory(root, parts) as fd:
-        _copy_into(fd, Path(dest), (), skip, refused, copied, limit_bytes)
-    return refused
-
-
-def _copy_into(dir_fd: int, dest: Path, here: Parts, skip: Callable[[str], bool], refused: list[str],
-               copied: list[int], limit: int) -> None:
-    with os.scandir(dir_fd) as it:
-        names = sorted(entry.name for entry in it)
-    for name in names:
-        rel = shown((*here, name))
-        if skip(name):
-            continue
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue  # removed meanwhile
-        if stat.S_ISDIR(st.st_mode):
-            inner = _opened(name, _DIR_FLAGS, dir_fd, rel, refused)
-            if inner is None:
-                continue
-            try:
-                (dest / name).mkdir()
-                _copy_into(inner, dest / name, (*here, name), skip, refused, copied, limit)
-            finally:
-                os.close(inner)
-            continue
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-            refused.append(f"{rel}: {describe(st)}, not copied")
-            continue
-        fd = _opened(name, _READ_FLAGS, dir_fd, rel, refused)
-        if fd is None:
-            continue
-        try:
-            opened = os.fstat(fd)
-            if not stat.S_ISREG(opened.st_mode) or opened.st_nlink > 1:  # swapped between the stat and the open
-                refused.append(f"{rel}: {describe(opened)}, not copied")
-                continue
-            os.set_blocking(fd, True)
-            data = read_bounded(fd, opened, rel, limit - copied[0])
-        finally:
-            os.close(fd)
-        copied[0] += len(data)
-        target = os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o755 if opened.st_mode & 0o111 else 0o644)
-        with os.fdopen(target, "wb") as fh:
-            fh.write(data)
-
-
 def _opened(name: str, flags: int, dir_fd: int, rel: str, refused: list[str]) -> int | None:
     """``name`` opened beneath ``dir_fd``, or None (noted in ``refused``) when it changed since it was listed."""
     try:
@@ -447,7 +417,8 @@ def append_line(root: Path, parts: Sequence[str], line: bytes, lease: Lease | No
     if not parts:
         raise StoreError("give a file path, not the scenario folder itself")
     rel = shown(parts)
-    with directory(root, parts[:-1], create=True) as dir_fd, landing(lease, Path(root, *parts)):
+    with writing_in(Path(root, *parts[:-1])), directory(root, parts[:-1], create=True) as dir_fd, \
+            landing(lease, Path(root, *parts)):
         try:
             fd = os.open(parts[-1], os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
                          | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
@@ -471,51 +442,6 @@ def append_line(root: Path, parts: Sequence[str], line: bytes, lease: Lease | No
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def remove_tree(root: Path, parts: Sequence[str]) -> list[str]:
-    """Delete the folder ``root/parts`` and everything below it, by descriptor: a link is removed, never
-    entered. Returns what could not be removed (as "path: why"); nothing there is no error."""
-    if not parts:
-        raise StoreError("the scenario folder itself is not removed this way")
-    left: list[str] = []
-    try:
-        with directory(root, parts[:-1]) as parent:
-            _remove_in(parent, parts[-1], shown(parts), left)
-    except (Missing, Refused):
-        pass
-    return left
-
-
-def _remove_in(dir_fd: int, name: str, rel: str, left: list[str]) -> None:
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        try:
-            inner = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-        except OSError as exc:
-            left.append(f"{rel}: {exc.strerror}")
-            return
-        try:
-            with os.scandir(inner) as it:
-                names = [entry.name for entry in it]
-            for child in names:
-                _remove_in(inner, child, f"{rel}/{child}", left)
-        finally:
-            os.close(inner)
-        try:
-            os.rmdir(name, dir_fd=dir_fd)
-        except OSError as exc:
-            left.append(f"{rel}: {exc.strerror}")
-        return
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        left.append(f"{rel}: {exc.strerror}")
 
 
 def remove_empty_folder(root: Path, parts: Sequence[str]) -> bool:

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scenarios import confined
+from scenarios import confined, trees
 from scenarios.confined import READ_LIMIT, Missing, Refused
 from scenarios.lease import Lease
-from scenarios.store import AGENTS, JsonlRead, StoreError, json_text, parse_jsonl
+from scenarios.store import AGENTS, JsonlRead, StoreError, json_text, load_json, parse_jsonl
 
 PathLike = Path | str
 EVERY = ("file", "folder", "link", "special")  # every kind of entry: for counting or moving what is there
@@ -135,14 +135,14 @@ class Folder:
         except Refused as exc:
             raise StoreError(f"{what} at {rel} cannot be read: {exc}; remove it (baton writes it again)") from None
         try:
-            return json.loads(raw.decode("utf-8"))
+            return load_json(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise StoreError(f"{what} at {rel} is not valid JSON ({exc}); fix or delete the file") from None
 
     def read_json_or_none(self, path: PathLike, limit: int = READ_LIMIT) -> Any:
         """The parsed JSON, or None when it is missing, unusable or not JSON (for optional files)."""
         try:
-            return json.loads(self.read_bytes(path, limit).decode("utf-8"))
+            return load_json(self.read_bytes(path, limit))
         except (StoreError, UnicodeDecodeError, ValueError):
             return None
 
@@ -180,13 +180,13 @@ class Folder:
 
     def remove_tree(self, path: PathLike) -> list[str]:
         """Delete the folder ``path`` and all below it, by descriptor (links are removed, never entered)."""
-        return confined.remove_tree(self.root, self.parts(path))
+        return trees.remove_tree(self.root, self.parts(path))
 
-    def copy_tree(self, path: PathLike, dest: Path, *, skip: Any = None,
-                  limit_bytes: int = confined.COPY_LIMIT) -> list[str]:
-        """Regular files and folders of ``path`` into ``dest``; what was refused (``confined.copy_tree``)."""
-        return confined.copy_tree(self.root, self.parts(path), dest, skip=skip or (lambda _: False),
-                                  limit_bytes=limit_bytes)
+    def copy_tree(self, path: PathLike, dest: Path, *, skip: Any = None, limit_bytes: int = trees.COPY_LIMIT,
+                  max_entries: int = trees.MAX_ENTRIES) -> list[str]:
+        """Regular files and folders of ``path`` into ``dest``; what was refused (``trees.copy_tree``)."""
+        return trees.copy_tree(self.root, self.parts(path), dest, skip=skip or (lambda _: False),
+                               limit_bytes=limit_bytes, max_entries=max_entries)
 
 
 def of(path: Path) -> Folder:

@@ -57,6 +57,28 @@ def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
 
 
+# How deep a JSON document baton reads may nest: baton's own records need a handful of levels, a sample's data a
+# dozen. Python's parser stops near a thousand with RecursionError (a 200,000-deep sample once ended `baton
+# evaluate`), and what walks the parsed value afterwards (redaction, pydantic, json.dumps) recurses too.
+MAX_JSON_DEPTH = 100
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def load_json(text: str | bytes) -> Any:
+    """``json.loads`` with a bound on nesting: a JSONDecodeError (a ValueError) naming the bound beyond it."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH:  # else it cannot nest that deep: nothing to scan
+        depth = 0
+        for char in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+            depth += 1 if char in "[{" else -1
+            if depth > MAX_JSON_DEPTH:
+                raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels (the bound on JSON "
+                                           "nesting)", text, 0)
+    return json.loads(text)
+
+
 # ---- reads ---------------------------------------------------------------------
 
 

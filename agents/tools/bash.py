@@ -60,6 +60,8 @@ from proving.sandbox import cgroup
 from proving.sandbox.bwrap import EMPTY_ENV, INSTALL_HINT, SandboxUnavailable, python_path_dirs, usable_bwrap
 from proving.sandbox.bwrap import command as sandbox_command
 from proving.sandbox.limits import BASH_MEMORY_MB, MAX_PROCESSES
+from scenarios.configuring import configuring_part
+from scenarios.confined import walk
 from scenarios.folder import Folder
 
 __all__ = ["BashTool", "SandboxUnavailable", "usable_bwrap"]
@@ -96,12 +98,16 @@ def bwrap_command(bwrap: str, root: Path, seed: Path, disk_mb: int, command: str
 
 def _truth(root: Path) -> set[str]:
     """What Write and Edit may not write that is in the folder now, at the top and in each iteration's folder
-    (reached without following a link: a linked execution_outputs has none)."""
+    (reached without following a link: a linked execution_outputs has none), and every file of a name that
+    configures a program, wherever it is outside state/ (scenarios.configuring)."""
     folder, every = Folder(root), ("file", "folder", "link", "special")
     found = {name for name in folder.names(".", kinds=every) if refusal((name,))}
     for it in folder.names("execution_outputs", kinds=("folder",)):
         found |= {f"execution_outputs/{it}/{name}" for name in folder.names(f"execution_outputs/{it}", kinds=every)
                   if refusal(("execution_outputs", it, name))}
+    for name in folder.names(".", kinds=("folder",)):
+        if name != STATE:
+            found |= {"/".join(parts) for parts in walk(root, (name,)) if configuring_part(parts)}
     return found
 
 

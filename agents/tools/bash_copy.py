@@ -28,9 +28,11 @@ from typing import IO, Any
 from agents.tools.base import ToolContext
 from agents.tools.paths import refusal
 from scenarios import confined
+from scenarios.configuring import configures
 from scenarios.confined import Parts, Refused, TooLarge
 from scenarios.folder import Folder
 from scenarios.store import StoreError, landing
+from scenarios.trees import OverBound
 
 SANDBOX_DIR = "/scenario"
 SEED_DIR = "/seed"
@@ -119,13 +121,19 @@ def make_seed(root: Path, dest: Path, disk_mb: int) -> Seed:
     for name in folder.names(".", kinds=("file", "folder", "link", "special")):
         if name == STATE:
             continue
+        if why := configures(name):  # left out of every copy: a program run in the copy would read it
+            seed.refused.append(shown(f"{name}: {why}, not copied"))
+            continue
         remaining = limit - seed.pages * PAGE
         try:
             if folder.kind(name) == "folder":
-                refused = folder.copy_tree(name, dest / name, limit_bytes=remaining)
+                refused = folder.copy_tree(name, dest / name, limit_bytes=remaining, max_entries=MAX_ENTRIES)
                 seed.refused += [shown(f"{name}/{item}") for item in refused]
             else:
                 _copy_file(root, name, dest / name, remaining, seed.refused)
+        except OverBound as exc:
+            raise DiskFull(f"the scenario folder cannot be copied for the command: {exc}; nothing was run. "
+                           "Remove what is over the bound with the file tools") from None
         except TooLarge:
             raise DiskFull(disk_note(disk_mb, "the scenario folder does not fit on the command's disk")) from None
         _measure(seed, dest, name)

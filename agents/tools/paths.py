@@ -5,7 +5,8 @@ Every path is split into components (no ``..``, no absolute path) and reached th
 symlink followed, no hard-linked file read or written, so a folder changed during a
 call (a directory swapped for a symlink) never leads outside. Every path in a result is
 relative to the folder. Writing is refused where baton or a person keeps what the agents
-must not change (``refusal``).
+must not change, and for names that configure a program by being there (``refusal``,
+``scenarios.configuring``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import BinaryIO
 
 from agents.tools.base import ToolContext, ToolInputError
 from scenarios import confined
+from scenarios.configuring import configuring_part
 from scenarios.confined import IsFolder, Missing, Parts
+from scenarios.trees import MAX_DEPTH
 
 BINARY_SNIFF_BYTES = 8192
 
@@ -29,6 +32,8 @@ PERSON_FILES = {
     "conventions.md": "the team's rules for this scenario",
 }
 EVALUATION_FILES = ("report.json", "results.jsonl")  # with traces/: what RunEvaluation writes
+# Components of a path the agents may write: below what a copy of an iteration's tools/ walks (scenarios.trees).
+MAX_PARTS = MAX_DEPTH
 
 
 def refusal(parts: Parts) -> str | None:
@@ -52,6 +57,12 @@ def refusal(parts: Parts) -> str | None:
     if top == "execution_outputs" and evaluated:
         return (f"{rel} is written by RunEvaluation only (its report, results and traces are computed, not edited); "
                 "change the tools, checkers or samples and run RunEvaluation again")
+    if len(parts) > MAX_PARTS:
+        return (f"{rel} is {len(parts)} folders deep; paths in a scenario folder go at most {MAX_PARTS} deep (every "
+                "copy of a folder stops there)")
+    if why := configuring_part(parts):
+        return (f"{rel}: {why}. No file in a scenario folder may configure a program baton or a person runs there; "
+                "put settings in a file of another name and pass them explicitly")
     return None
 
 

@@ -5,7 +5,7 @@ limits, in its own process group that is killed afterwards. It runs ``child_main
 (docs/evaluation.md, "How a sample is run").
 
 Everything in the iteration folder and everything the sample leaves is hostile input: tools/ and
-checkers/ are copied as regular files and folders only (``confined.copy_tree``: a link to
+checkers/ are copied as regular files and folders only (``trees.copy_tree``: a link to
 /proc/self/environ or to another scenario's state/ is refused, named in the sample's trace, never
 followed); the sample's result and progress are read regular-file-only, without following a link,
 without waiting on a FIFO and within a bound. Confined, the sample writes them into a tmpfs of its
@@ -19,10 +19,11 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,10 +38,12 @@ from proving.sandbox.nest import DISK_MB, MIB, NOTE, OUT_FILES, SAMPLE_DIR
 from proving.sandbox.policy import evaluation_confined
 from proving.sandbox.sample import from_bwrap, spawn_command
 from scenarios import confined as folder_access
+from scenarios import trees
 from scenarios.store import StoreError
 
 log = logging.getLogger(__name__)
 CHILD_SCRIPT = Path(__file__).with_name("child_main.py")
+OVER_BOUND = "not run: what was written is over a bound of the sample's copy:"
 NOTE_BYTES = 64 * 1024
 COPY_OUT_S = 5.0  # a spawned sample's first process kills it at its time limit, then copies out: a backstop after
 
@@ -58,6 +61,7 @@ class ChildRun:
     refused: list[str] = field(default_factory=list)  # what the sample left for the worker and was refused
     disk_full: bool = False  # its folder (a tmpfs of its disk limit) was full when it ended
     problem: str | None = None  # why it was not run at all
+    problem_layer: Literal["L2", "L4"] = "L2"  # L4: what was written passes a bound of its copy (issue 39, item 5)
 
 
 def run_child(root: Path, parts: Sequence[str], raw_sample: dict[str, Any], *, timeout_s: float, memory_mb: int,
@@ -76,9 +80,12 @@ def run_child(root: Path, parts: Sequence[str], raw_sample: dict[str, Any], *, t
         inside = SAMPLE_DIR if confined else str(tmp)  # how the sample's code sees its folder
         work = tmp / "work"
         work.mkdir()
-        not_copied, problem = copy_files(root, parts, work, disk_mb)
+        started = time.monotonic()  # the copy is part of the sample's time: a tree that takes long to copy is bounded
+        not_copied, problem = copy_files(root, parts, work, disk_mb, deadline=started + timeout_s)
         if problem is not None:
-            return ChildRun(None, ChildProgress(), 0, False, not_copied=not_copied, problem=problem)
+            return ChildRun(None, ChildProgress(), 0, False, not_copied=not_copied, problem=problem,
+                            problem_layer="L4" if problem.startswith(OVER_BOUND) else "L2")
+        timeout_s = max(0.1, timeout_s - (time.monotonic() - started))
         whole = {
             "tools_dir": f"{inside}/work/tools",
             "checkers_dir": f"{inside}/work/checkers",
@@ -110,16 +117,20 @@ def run_child(root: Path, parts: Sequence[str], raw_sample: dict[str, Any], *, t
         return run
 
 
-def copy_files(root: Path, parts: Sequence[str], work: Path, disk_mb: int) -> tuple[list[str], str | None]:
+def copy_files(root: Path, parts: Sequence[str], work: Path, disk_mb: int,
+               deadline: float | None = None) -> tuple[list[str], str | None]:
     """tools/ and checkers/ of ``root``/``parts`` into ``work`` as regular files and folders only: what was
-    refused ("tools/env.txt: a symlink, not copied"), and why the sample cannot run, if it cannot."""
+    refused ("tools/env.txt: a symlink, not copied"), and why the sample cannot run, if it cannot (starting with
+    OVER_BOUND when the folder passes a bound of the copy: depth, entries, time)."""
     not_copied: list[str] = []
     for name in ("tools", "checkers"):
         try:
-            refused = folder_access.copy_tree(root, (*parts, name), work / name, skip=_compiled,
-                                              limit_bytes=disk_mb * MIB)
+            refused = trees.copy_tree(root, (*parts, name), work / name, skip=_compiled,
+                                      limit_bytes=disk_mb * MIB, deadline=deadline)
         except folder_access.Missing:
             continue
+        except trees.OverBound as exc:
+            return not_copied, f"{OVER_BOUND} {name}/: {exc}"
         except folder_access.TooLarge as exc:
             return not_copied, f"{name}/ does not fit in a sample's folder (disk limit {disk_mb} MB): {exc}"
         except StoreError:  # the folder itself is a link, or a file

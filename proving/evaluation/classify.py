@@ -55,7 +55,7 @@ def classify(sample: Sample, run: ChildRun, *, timeout_s: float, memory_mb: int,
 
 def _classify(sample: Sample, run: ChildRun, timeout_s: float, memory_mb: int) -> Verdict:
     if run.problem is not None:
-        return Verdict("L2", run.problem)
+        return Verdict(run.problem_layer, run.problem)
     result = run.result
     if result is None or (not result.completed and result.error is None):
         return _classify_dead(run, timeout_s, memory_mb)

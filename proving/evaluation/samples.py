@@ -3,7 +3,6 @@ so a malformed sample is an L4 before anything runs."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from pydantic import ValidationError
 
 from proving.evaluation.models import Sample
 from scenarios.folder import RECORD_BYTES, Folder
-from scenarios.store import StoreError
+from scenarios.store import StoreError, load_json
 
 
 @dataclass
@@ -41,7 +40,7 @@ def load_samples(root: Path, samples_dir: Path) -> list[SampleFile]:
 def _load_sample(folder: Folder, path: Path) -> SampleFile:
     item = SampleFile(path=path, key=path.stem)
     try:
-        raw = json.loads(folder.read_bytes(path, RECORD_BYTES).decode("utf-8"))
+        raw = load_json(folder.read_bytes(path, RECORD_BYTES))
     except StoreError as exc:
         item.problem = f"samples/{path.name} cannot be read: {exc}"
         return item
