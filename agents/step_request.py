@@ -69,11 +69,13 @@ def prepare(disk: AgentDisk, agent: Agent, assembler: Assembler, step: int, base
     if disk.state.force_compaction:
         return ask_compaction(disk, step, base, "the API said the prompt is too long")
     if assembled.squeezed:
-        # It fits only shrunk (assembly's last resorts): the step waits for a compaction, unless one just ran and
-        # could not do better (it was late: its deadline passed under load, the model was unavailable); then the
-        # shrunk request goes, and the agent says so once.
-        could = assembler.should_compact(replace(assembled, estimated_input=assembler.policy.window), event)
-        if could and disk.compacted_after() != step - 1:
+        # It fits only shrunk (assembly's last resorts): the step waits for a compaction, unless one just ran, or
+        # the last one could not bring the context under the threshold and its kept steps are still in view (it
+        # was late: its deadline passed under load, the model was unavailable; asking again would only thrash);
+        # then the shrunk request goes, and the agent says so once.
+        policy, since = assembler.policy, step - 1 - (disk.compacted_after() or 0)
+        helped = event is None or event.tokens_after < policy.threshold or since >= policy.keep_last_steps
+        if since > 0 and helped and assembler.should_compact(replace(assembled, estimated_input=policy.window), event):
             return ask_compaction(disk, step, base, f"the context fits the window only shrunk ({assembled.squeezed})")
         say_once(disk, step - 1, SQUEEZED, (
             f"the context did not fit the window of {assembler.policy.window:,} tokens with the older tool results "
