@@ -78,13 +78,58 @@ def mark_iterations(ax: Any, points: list, top: float) -> None:
                 color="dimgrey")
 
 
-def mark_compactions(ax: Any, view: AgentView, top: float) -> None:
-    """Each compaction: a numbered line between two steps, an arrow from its size before to its size after."""
+LANES = 4  # label rows under the top of the chart; more compactions than fit there are listed beside it
+LISTED_PER_COLUMN = 24
+GAP_PX = 4
+
+
+def mark_compactions(ax: Any, view: AgentView, top: float) -> list[Any]:
+    """Each compaction: a numbered line between two steps, an arrow from its size before to its size after, and
+    a label "#n before→after" in the first row where it overlaps no other. When the labels do not fit in
+    ``LANES`` rows (a compaction after nearly every step), the lines carry only their number and the sizes are
+    listed beside the chart. Returns the labels drawn."""
     for i, c in enumerate(view.compactions):
         x = (c.after_step or 0) + 0.5
         ax.axvline(x, color="grey", linestyle=":", label="compaction: size before → after" if i == 0 else None)
         ax.annotate("", xy=(x, c.tokens_after), xytext=(x, c.tokens_before),
                     arrowprops={"arrowstyle": "->", "color": "purple", "linewidth": 1.5})
-        fallback = " fallback" if c.fallback else ""
-        ax.text(x + 0.15, top * (0.91 - 0.07 * (i % 2)), f"#{c.id}{fallback}\n{c.tokens_before:,}→{c.tokens_after:,}",
-                fontsize=7, color="purple", va="top")
+    full = [f"#{c.id}{' fallback' if c.fallback else ''}\n{c.tokens_before:,}→{c.tokens_after:,}"
+            for c in view.compactions]
+    texts = _in_lanes(ax, view, top, full)
+    if texts is not None:
+        return texts
+    texts = _in_lanes(ax, view, top, [f"#{c.id}" for c in view.compactions], force=True) or []
+    for column, start in enumerate(range(0, len(full), LISTED_PER_COLUMN)):
+        listed = "\n".join(line.replace("\n", " ") for line in full[start:start + LISTED_PER_COLUMN])
+        texts.append(ax.text(1.01 + 0.16 * column, 1.0, listed, transform=ax.transAxes, fontsize=7,
+                             color="purple", va="top", ha="left"))
+    return texts
+
+
+def _in_lanes(ax: Any, view: AgentView, top: float, labels: list[str], force: bool = False) -> list[Any] | None:
+    """``labels`` placed beside their compaction lines, each in the first of ``LANES`` rows where it overlaps
+    none placed before; None (nothing left drawn) when one fits nowhere, unless ``force``."""
+    renderer = ax.figure.canvas.get_renderer()
+    right = ax.get_xlim()[1]
+    lanes: list[list[Any]] = [[] for _ in range(LANES)]
+    placed = []
+    for c, label in zip(view.compactions, labels):
+        x = (c.after_step or 0) + 0.5
+        for n, lane in enumerate(lanes):
+            text = ax.text(x + 0.15, top * (0.905 - 0.075 * n), label, fontsize=7, color="purple", va="top",
+                           bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 0.5})
+            box = text.get_window_extent(renderer)
+            if box.x1 > ax.transData.transform((right, 0))[0]:  # past the chart's right edge: left of the line
+                text.set(x=x - 0.15, ha="right")
+                box = text.get_window_extent(renderer)
+            box = box.expanded(1.0, 1.0).padded(GAP_PX)  # labels that only touch read as one
+            if not any(box.overlaps(other) for other in lane) or (force and n == LANES - 1):
+                lane.append(box)
+                placed.append(text)
+                break
+            text.remove()
+        else:
+            for text in placed:
+                text.remove()
+            return None
+    return placed
