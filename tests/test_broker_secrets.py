@@ -18,7 +18,7 @@ import redis
 
 from tests.agent_run import copy_example
 from tests.suite_gates import suite_gates
-from tests.workers_harness import Proc, free_port, wait_for
+from tests.workers_harness import Proc, free_port, load_scaled, wait_for
 from workers.app import mask_secrets, mask_url
 
 BATON = Path(sys.executable).parent / "baton"
@@ -83,7 +83,7 @@ def baton(scenarios: Path, broker: str, *args: str) -> subprocess.CompletedProce
     env = {"PATH": str(BATON.parent), "HOME": str(scenarios), "COLUMNS": "200", "BATON_BROKER_URL": broker,
            **suite_gates()}
     return subprocess.run([str(BATON), "--scenarios-dir", str(scenarios), *args], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=load_scaled(120), check=False)
 
 
 def output_of(done: subprocess.CompletedProcess[str]) -> str:

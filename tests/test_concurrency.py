@@ -22,7 +22,7 @@ from proving import cpu_slots
 from proving.cpu_slots import SLOTS_ENV, slots_from_env
 from scenarios.run import copy_scenario
 from tests.export_support import EXAMPLE, baton
-from tests.workers_harness import Proc, spawn
+from tests.workers_harness import Proc, load_scaled, spawn
 from workers import loop
 from workers.fake_api.latency import Latency
 from workers.fake_api.server import FakeApi, Running, start
@@ -169,7 +169,7 @@ def test_one_worker_per_queue_serves_several_scenarios_steps_at_once(tmp_path: P
         for root in roots:
             started = subprocess.run([str(BATON), "run", root.name, "--auto-approve", "--profile", "demo",
                                       "--broker", "--no-follow"], env=env, capture_output=True, text=True,
-                                     timeout=120)
+                                     timeout=load_scaled(120))
             assert started.returncode == 0, started.stdout + started.stderr
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and not all(loop.load_run(r).finished for r in roots):

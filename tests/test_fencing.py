@@ -23,6 +23,7 @@ from agents.step import run_turn
 from scenarios.folder import Folder
 from scenarios.lease import Lease, LeaseBusy, LeaseLost
 from tests.agent_run import agents, assert_log_consistent, copy_example, handoff, turn_surviving_crashes
+from tests.load import load_scaled
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -141,7 +142,7 @@ def test_a_frozen_step_that_wakes_after_a_takeover_changes_nothing(tmp_path: Pat
         assert report["success_rate"] == handoff(root, 1, "execute_to_init").success_rate
     finally:
         child.send_signal(signal.SIGCONT)
-    out, err = child.communicate(timeout=120)
+    out, err = child.communicate(timeout=load_scaled(120))
     assert child.returncode == 0, err.decode()[-2000:]
 
     outcome = json.loads(out.decode().strip().splitlines()[-1])

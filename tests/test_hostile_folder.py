@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.export_support import UNSET
+from tests.load import load_scaled
 
 BATON = str(Path(sys.executable).with_name("baton"))
 SECRET = "hunter2-PLANTED-SECRET-0123456789"
@@ -130,7 +131,7 @@ def test_a_run_goes_on_past_planted_files(awaiting_run, tmp_path, kind):
     plant in the design folder, the iteration's tools and the folder's top."""
     places = ("design/planted.md", "execution_outputs/iteration_1/tools/planted.txt", "planted")
     root = planted_copy(awaiting_run, tmp_path, kind, places=places)
-    done = baton(root, "run", "refund_desk", "--auto-approve", "--profile", "demo", timeout=180)
+    done = baton(root, "run", "refund_desk", "--auto-approve", "--profile", "demo", timeout=load_scaled(180))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     untouched(root, kind)
 

@@ -20,7 +20,7 @@ import pytest
 from agents.simulated import SimulatedModel
 from scenarios.run import copy_scenario
 from tests.export_support import EXAMPLE
-from tests.workers_harness import FAST_RECOVERY, Proc, spawn
+from tests.workers_harness import FAST_RECOVERY, Proc, load_scaled, spawn
 from workers import loop
 from workers.fake_api.latency import Latency
 from workers.fake_api.server import FakeApi, Running, start
@@ -76,7 +76,8 @@ def test_a_run_moves_to_the_other_group_when_one_is_stopped(tmp_path: Path, redi
     first, second = group(HOSTS[0], env, logs), group(HOSTS[1], env, logs)
     try:
         started = subprocess.run([str(BATON), "run", "refund_desk", "--auto-approve", "--profile", "demo",
-                                  "--broker", "--no-follow"], env=env, capture_output=True, text=True, timeout=120)
+                                  "--broker", "--no-follow"], env=env, capture_output=True, text=True,
+                                 timeout=load_scaled(120))
         assert started.returncode == 0, started.stdout + started.stderr
         deadline = time.monotonic() + 120
         while steps_done(first) < 3 and time.monotonic() < deadline:  # the first group has done some of it

@@ -18,6 +18,7 @@ from agents.disk import AgentDisk
 from scenarios.run import RunRecord, load_run, save_run
 from tests.agent_run import started_example
 from tests.fake_api_support import KEY, serving, stats
+from tests.load import load_scaled
 from workers.fake_api.catalogue import DEFAULT_MODELS, Catalogue
 from workers.fake_api.server import FakeApi
 from workers.loop import Team
@@ -61,7 +62,7 @@ def test_baton_run_refuses_a_retired_model_before_its_first_step(tmp_path):
         env.update(ANTHROPIC_API_KEY=KEY, ANTHROPIC_BASE_URL=api.url, COLUMNS="200")
         baton = str(Path(sys.executable).parent / "baton")
         done = subprocess.run([baton, "--scenarios-dir", str(tmp_path), "run", root.name, "--auto-approve",
-                               "--embedded"], env=env, capture_output=True, text=True, timeout=120)
+                               "--embedded"], env=env, capture_output=True, text=True, timeout=load_scaled(120))
         asked = stats(api.url)["requests"]
     output = " ".join((done.stdout + done.stderr).split())  # rich wraps long lines
     assert done.returncode == 2, output

@@ -19,7 +19,7 @@ import redis
 
 from tests.agent_run import assert_log_consistent, copy_example
 from tests.suite_gates import suite_gates
-from tests.workers_harness import Cluster, RedisServer, wait_for
+from tests.workers_harness import Cluster, RedisServer, load_scaled, wait_for
 from workers.scenario_lock import Holder, ScenarioBusy, holder, lock_path, scenario_lock, shared_scenario_lock
 
 BATON = Path(sys.executable).parent / "baton"
@@ -78,7 +78,7 @@ def test_a_second_baton_run_exits_2_naming_the_holder_and_a_killed_holder_frees_
         os.kill(first.pid, signal.SIGSTOP)  # frozen mid-run, lock held
         assert "baton" in held.command and "refund_desk" in held.command
 
-        second = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, check=False)
+        second = subprocess.run(run, env=env, capture_output=True, text=True, timeout=load_scaled(120), check=False)
         output = " ".join((second.stdout + second.stderr).split())  # rich wraps long lines
         assert second.returncode == 2, output
         assert f"pid {first.pid}" in output and held.host in output and held.since in output, output
@@ -89,7 +89,7 @@ def test_a_second_baton_run_exits_2_naming_the_holder_and_a_killed_holder_frees_
         assert holder(root) is None
 
         resumed = subprocess.run(baton_argv(tmp_path, "resume", "refund_desk", "--profile", "demo"), env=env,
-                                 capture_output=True, text=True, timeout=120, check=False)
+                                 capture_output=True, text=True, timeout=load_scaled(120), check=False)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     finally:
         if first.poll() is None:
@@ -135,14 +135,14 @@ def test_an_embedded_run_with_a_broker_also_excludes_the_workers(tmp_path: Path,
         # A worker in the middle of one of Init's steps holds this lock (workers.tasks.agent_lock).
         worker_step = client.lock("baton:lock:refund_desk:init", timeout=60)
         assert worker_step.acquire(blocking=False)
-        busy = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, check=False)
+        busy = subprocess.run(run, env=env, capture_output=True, text=True, timeout=load_scaled(120), check=False)
         output = " ".join((busy.stdout + busy.stderr).split())
         assert busy.returncode == 2 and "being run by workers" in output, output
         # nothing is written: the workers' locks are taken before the command's first change
         assert not (root / "run.json").exists() and not (root / "state" / "init").exists()
         worker_step.release()
 
-        done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=load_scaled(120), check=False)
         assert done.returncode == 0, done.stdout + done.stderr
         assert not client.keys("baton:lock:*")  # every lock released at the end of the run
     finally:

@@ -29,6 +29,7 @@ import workers.tasks as worker_tasks
 from agents.disk import AgentDisk
 from scenarios.run import copy_scenario
 from tests.agent_run import EXAMPLE, assert_log_consistent
+from tests.load import load_scaled  # noqa: F401 - also the harness's to its users
 from tests.suite_gates import suite_gates
 from workers.app import make_app
 from workers.loop import Task, resume, start
@@ -44,14 +45,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def load_scaled(seconds: float) -> float:
-    """``seconds`` stretched by the machine's load: the one-minute load average per core, at least 1 and at most
-    6. A wait for a takeover or a run on a busy machine (six busy processes on two cores, say) must make the
-    test slower, not red; on a quiet machine the bound is the one written."""
-    per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
-    return seconds * min(6.0, max(1.0, per_core))
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S, interval: float = 0.05,
