@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
 from context.text import clip
 from scenarios.run import RunRecord, load_run
 from scenarios.store import Layout, StoreError
 from workers.confinement import unconfined
+from workers.inert import InertTable
 from workers.readmodel import Snapshot, ping_workers, read_activity, scenario_roots, toml_problem
 from workers.render import ago, gauge, moving, out, rates, say
 
@@ -55,7 +55,7 @@ def print_fitted(rows: list[list[Any]], width: int) -> None:
     inline = not any(row[notes] for row in rows) or table_width([natural[i] for i in [*kept, notes]]) <= width
     if inline:
         kept.append(notes)
-    table = Table()
+    table = InertTable()  # plain strings, never markup: scenario names and notes may be model-written
     for index in kept:  # never wrapped, never shrunk below their content: the widths were chosen to fit
         table.add_column(headers[index], no_wrap=True, min_width=natural[index])
     for row in rows:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Self
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.measure import Measurement
 from rich.panel import Panel
@@ -22,6 +22,7 @@ from scenarios.folder import Folder
 from scenarios.run import RunRecord
 from scenarios.store import Layout
 from workers.confinement import unconfined
+from workers.inert import InertConsole, InertTable
 from workers.readmodel import (
     SIMULATED,
     Activity,
@@ -36,8 +37,8 @@ ACTORS = {"designing": " (Init)", "executing": " (Execute)", "proving": " (the g
           "awaiting_approval": " (your turn)"}
 WIDE = 100  # below this many columns the detail tables take their compact form (status must read at 80)
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = InertConsole(highlight=False)  # model-written text printed inert (workers/inert.py)
+err = InertConsole(stderr=True, highlight=False)
 
 
 def say(text: Text) -> None:
@@ -50,7 +51,7 @@ def new_table(*headers: str, keep: int = 0, **options: Any) -> Table:
     ``keep`` columns (what names a row: an iteration, an agent) are never shrunk below their header; give them
     their content's width with ``fit_first``."""
     piped = not out.is_terminal
-    grid = Table(**options)
+    grid = InertTable(**options)
     for i, header in enumerate(headers):
         grid.add_column(header, no_wrap=piped, overflow="ellipsis", min_width=len(header) if i < keep else None)
     return grid
