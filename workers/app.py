@@ -16,6 +16,7 @@ from celery import Celery
 from kombu import Queue
 
 BROKER_ENVS = ("BATON_BROKER_URL", "CELERY_BROKER_URL")
+REDIS_SCHEMES = ("redis", "rediss")  # rediss: Redis over TLS
 QUEUES = ("init", "execute", "compaction")
 # A step can run a whole evaluation (samples x time limit) plus a model call with
 # retries; the broker must not hand its message to another worker meanwhile.
@@ -24,11 +25,32 @@ COMPACTION_PRIORITY = 0  # on Redis 0 is the highest priority (the reverse of Ra
 STEP_PRIORITY = 5
 
 
+def broker_variable(env: Mapping[str, str] | None = None) -> str | None:
+    """The variable that names the broker (the first of ``BROKER_ENVS`` set), None without one."""
+    env = os.environ if env is None else env
+    return next((name for name in BROKER_ENVS if env.get(name)), None)
+
+
 def broker_url(env: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if env is None else env
-    for name in BROKER_ENVS:
-        if env.get(name):
-            return env[name]
+    name = broker_variable(env)
+    return env[name] if name else None
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be baton's broker, None when it can. The queues, the results (the app's backend is the
+    same URL) and the agents' locks (redis-py, workers/tasks.py) all live on one Redis, and redis:// or
+    rediss:// is the only form all three read: kombu takes ``notaurl`` for AMQP, Celery has no result backend
+    for amqp:// or unix://, redis-py none for sentinel:// or redis+socket://. Found out when dispatching, such a
+    URL failed after run.json was written; nothing here connects, and nothing returned quotes a password."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading the port is what checks it
+    except ValueError as exc:  # a port that is no number, a broken IPv6 address: urllib's words quote no password
+        return f"it cannot be read as a URL ({exc})"
+    if parts.scheme.lower() not in REDIS_SCHEMES:
+        said = f"{parts.scheme}://" if parts.scheme else "no scheme"
+        return f"baton's queues, results and agent locks live on Redis, and this URL has {said}, not redis://"
     return None
 
 

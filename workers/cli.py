@@ -265,13 +265,13 @@ def brief_text(name: str, brief: Path | None, source: Path | None) -> str:
 # ---- run, approve, reject, resume: move the run on, then execute what follows ----------------
 
 
-def advance(name: str, move: Callable[[Path], list[loop.Task]], profile: str | None, embedded: bool | None,
+def advance(name: str, move: Callable[[Path], list[loop.Task]], profile: str | None, url: str | None,
             follow: bool) -> None:
-    """The one path of the commands that move a run on: ``move`` changes run.json and returns the tasks to run."""
+    """The one path of the commands that move a run on: ``move`` changes run.json and returns the tasks to run
+    where ``choose_mode`` said (``url``: None here, else that broker), which each command asks first."""
     root = loop.scenario_root(name)
-    # Before ``move``: a bad setting or an unreachable broker must leave the disk as it was.
+    # Before ``move``: a bad setting must leave the disk as it was.
     loop.check_settings(root, profile)
-    url = choose_mode(embedded)
     code = execute(root, move, url, profile, follow)  # the move is made under the scenario lock
     if code == 0 and waiting_for_approval(root):
         code = EXIT_WAITING  # scripts tell "done" from "a human must look at the design now"
@@ -307,17 +307,18 @@ def run(
     follow: Follow = True,
 ) -> None:
     """Launch (or continue) the iterations and follow progress."""
+    url = choose_mode(embedded)  # a broker or sandbox that cannot be had: refused before the example is copied
     copied = add_shipped_example(loop.scenarios_dir(), check_name(name))  # the example, from any folder
     if copied is not None:
         say(Text(f"copied the example {name} that ships with baton to {copied}/"))
-    advance(name, lambda root: start_run(root, auto_approve, profile), profile, embedded, follow)
+    advance(name, lambda root: start_run(root, auto_approve, profile), profile, url, follow)
 
 
 @command(cls=PlainUsage)
 @guarded
 def approve(name: Name, profile: Profile = None, embedded: Embedded = None, follow: Follow = True) -> None:
     """Approve the design waiting for review; Execute starts."""
-    advance(name, loop.approve, profile, embedded, follow)
+    advance(name, loop.approve, profile, choose_mode(embedded), follow)
 
 
 @command(cls=PlainUsage)
@@ -330,7 +331,7 @@ def reject(
     follow: Follow = True,
 ) -> None:
     """Send the design back to Init with feedback."""
-    advance(name, lambda root: loop.reject(root, feedback), profile, embedded, follow)
+    advance(name, lambda root: loop.reject(root, feedback), profile, choose_mode(embedded), follow)
 
 
 @command(cls=PlainUsage)
@@ -340,9 +341,10 @@ def resume(name: Name, profile: Profile = None, embedded: Embedded = None, follo
                help="first rebuild a corrupted run.json from the folder (iterations, handoffs, reports, logs); "
                     "the broken file is kept beside it")] = False) -> None:
     """Continue from what is on disk (after a crash, a stop or an error)."""
+    url = choose_mode(embedded)  # before the rebuild writes
     if rebuild:
         rebuild_and_show(loop.scenario_root(name), profile)
-    advance(name, loop.resume, profile, embedded, follow)
+    advance(name, loop.resume, profile, url, follow)
 
 
 # ---- reading: status, context --------------------------------------------------------------

@@ -19,10 +19,11 @@ from rich.text import Text
 
 from agents import tracing
 from agents.models import API_KEY_ENV, ModelError
+from proving.evaluation.run import EvaluationError, check_sandbox
 from scenarios.run import load_run
 from scenarios.store import AGENTS
 from workers import loop
-from workers.app import QUEUES, broker_url, mask_url
+from workers.app import BROKER_ENVS, QUEUES, broker_url, broker_variable, mask_url, url_problem
 from workers.errors import CliError, broker_help
 from workers.exclusion import workers_excluded
 from workers.readmodel import SIMULATED
@@ -34,9 +35,11 @@ QUIET_HINT_S = 30.0  # in broker mode, say how to start workers after this long 
 
 
 def choose_mode(embedded: bool | None) -> str | None:
-    """None for embedded, else the broker URL (checked to answer before anything is written)."""
+    """None for embedded, else the broker URL; either way checked before anything is written: the broker
+    answers, or (embedded) the sandbox the evaluations need can be made here."""
     url = broker_url()
     if embedded or (embedded is None and url is None):
+        check_sandbox_here()
         return None
     if url is None:
         raise CliError("--broker needs a broker, and none is configured",
@@ -47,12 +50,32 @@ def choose_mode(embedded: bool | None) -> str | None:
 
 
 def check_broker(url: str) -> None:
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        return  # another transport: kombu reports its own errors when sending
+    """A URL baton can use (``url_problem``) of a Redis that answers, or CliError: before anything is written."""
+    variable = broker_variable() or BROKER_ENVS[0]
+    problem = url_problem(url)
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
+        if problem is None:
+            redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
     except redis.exceptions.RedisError as exc:
         raise broker_help(url, exc) from None
+    except ValueError as exc:  # a URL redis-py cannot read (a database that is no number)
+        problem = f"it cannot be read as a Redis URL ({exc})"
+    if problem is not None:
+        raise CliError(f"{variable}={mask_url(url)} cannot be baton's broker: {problem}",
+                       f"set {variable}=redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for TLS), e.g. "
+                       f"redis://127.0.0.1:6379/0, or unset {' and '.join(BROKER_ENVS)} to run embedded in this "
+                       "process")
+
+
+def check_sandbox_here() -> None:
+    """Embedded, Execute's evaluations and the gates run their samples in this process's sandbox. One that cannot
+    be made here stops the command now with the install hint; found by the tool instead, it was an error the
+    agent retried until its turn ended ("replied 4 times in a row without a tool call that ran")."""
+    try:
+        check_sandbox()  # the evaluation's own check: bwrap works here, or a person chose BATON_EVAL_SANDBOX=none
+    except EvaluationError as exc:
+        raise CliError(str(exc), "this command runs them in this process: install bubblewrap here, or export "
+                                 "BATON_EVAL_SANDBOX=none to run them unconfined on purpose") from None
 
 
 Move = Callable[[Path], list[loop.Task]]  # a command's change to run.json, returning what runs next

@@ -17,6 +17,7 @@ from agents.scenario_facts import scenario_facts
 from proving.export.build import ExportError, export_inspect
 from proving.export.tryout import NO_INSPECT, run_tryout, tryout_path
 from workers import loop
+from workers.dispatch import check_sandbox_here
 from workers.errors import CliError, guarded
 from workers.render import new_table, out, say
 
@@ -62,6 +63,7 @@ def try_(
 ) -> None:
     """A model under test on the exported scenario, through Inspect AI: pass rate and pass^k per sample; trials
     the user simulator spoiled are counted apart."""
+    check_sandbox_here()  # the export's tool calls run model-written code here, as the evaluations do
     root = loop.scenario_root(name)
     try:
         tryout = run_tryout(root, scenario_facts(root), model, epochs, iteration, user=user)
