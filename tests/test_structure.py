@@ -14,7 +14,7 @@ import pytest
 from tests.sources import package_sources
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("context", "scenarios", "proving", "agents", "workers")
+PACKAGES = ("context", "scenarios", "proving", "agents", "workers", "importers")
 # What each package may import from the others: workers -> agents -> context; proving (the sandbox,
 # evaluation, export and gates) is used by agents and workers and imports neither; scenarios (the folder
 # store) serves them all; context is pure.
@@ -23,7 +23,9 @@ ALLOWED = {
     "scenarios": {"scenarios"},
     "proving": {"proving", "context", "scenarios"},
     "agents": {"agents", "proving", "context", "scenarios"},
-    "workers": {"workers", "agents", "proving", "context", "scenarios"},
+    "workers": {"workers", "agents", "proving", "context", "scenarios", "importers"},
+    # Importers (baton import) write a scenario with what proving checks and scenarios store; only the CLI uses them.
+    "importers": {"importers", "proving", "context", "scenarios"},
 }
 
 

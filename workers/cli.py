@@ -38,7 +38,7 @@ from proving.priority import lower_priority
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
 from scenarios.store import AGENTS, Layout, check_name
-from workers import evaluate_command, export_commands, gc_pauses, loop
+from workers import evaluate_command, export_commands, gc_pauses, import_command, loop
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
@@ -519,6 +519,7 @@ def fake_api(
 
 export_commands.register(cli, PlainUsage)
 evaluate_command.register(cli, PlainUsage)
+import_command.register(cli, PlainUsage)
 
 
 def main() -> None:

@@ -104,7 +104,10 @@ class Team:
             profile = record.profile if record else None
         configs = resolve_agents(root, env=env, profile=profile)
         brief = scenario_brief(root)  # offline, the simulated model plays the script of this brief, or refuses it
-        models = {role: model or model_for(config, env, brief) for role, config in configs.items()}
+        # A model someone named is never replaced by the simulated one (model_for): where the setting came from.
+        named = {role: setting_sources(root, role, env, profile).get("model") for role in configs} \
+            if model is None else {}
+        models = {role: model or model_for(config, env, brief, named[role]) for role, config in configs.items()}
         # On the real API each agent runs on the model pinned for this run (resolved from its line once).
         pins = pin_models(root, configs, models, os.environ if env is None else env)
         configs = {role: apply_pin(config, pins[role]) if role in pins else config for role, config in configs.items()}
@@ -133,8 +136,9 @@ def check_settings(root: Path, profile: str | None = None, env: Mapping[str, str
     configs = resolve_agents(root, env=env, profile=chosen)
     brief = scenario_brief(root)
     for role, config in configs.items():
-        check_model(config, brief, env, f"{root.name}/brief.md")
-        check_threshold(config, root, setting_sources(root, role, env, chosen).get("threshold", BUILT_IN))
+        sources = setting_sources(root, role, env, chosen)
+        check_model(config, brief, env, f"{root.name}/brief.md", sources.get("model"))
+        check_threshold(config, root, sources.get("threshold", BUILT_IN))
     conventions_for(root)  # a CONVENTIONS.md that exists but cannot be used stops here, naming the file
 
 

@@ -32,6 +32,7 @@ from proving.evaluation.exported import LOGS, RunOutcome
 from proving.evaluation.gates import GateContext
 from proving.evaluation.models import Limits
 from proving.evaluation.run import check_sandbox
+from proving.evaluation.spoken import with_words
 from proving.export.build import choose_iteration
 from proving.export.runtime.agents import reckless_calls, refusal_calls
 from proving.export.tool_specs import ToolSpecError, tool_specs
@@ -148,6 +149,7 @@ def run_agents(ctx: GateContext, gate: str, runs: list[dict[str, Any]]) -> dict[
         asked = by_sample.get(str(sample["id"]))
         if asked:
             outcomes |= run_sample(ctx.root, parts, sample, asked, bounds)
+    outcomes = with_words(runs, ctx.samples, outcomes)  # communicate_info, in what each agent says (spoken.py)
     _log(ctx, gate, runs, outcomes)
     return outcomes
 

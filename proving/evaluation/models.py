@@ -34,6 +34,15 @@ class Sample(BaseModel):
     # A conversational sample (docs/conversations.md): the instruction is then the user's opening message, and
     # the rest of what the user knows and wants is here, told to the user simulator and never to the agent.
     user: UserPart | None = None
+    # What the agent must tell the user, each text found in its messages (lower case, commas dropped), as tau2-bench
+    # scores communicate_info: the exported task's scorer checks it; a replay of the actions has no messages.
+    communicate_info: list[str] = Field(default_factory=list, max_length=20)
+    # Statements about a good run, in words (tau2-bench's nl_assertions): kept and shown with the score, not scored.
+    nl_assertions: list[str] = Field(default_factory=list, max_length=20)
+    # The expected actions leave out lookups an agent makes to learn the ids it passes (tau2-bench's gold lists the
+    # calls that matter to the state, not every call): whether the user's words reach the goal is then not
+    # checked on them (reachable.py). Set by `baton import`, for such tasks only, and said in its report.
+    lookups_omitted: bool = False
 
     @field_validator("id")
     @classmethod

@@ -36,7 +36,7 @@ def _identifiers(value: Any, path: str = "") -> Iterable[tuple[str, str]]:
 
 def unreachable(sample: Sample, outputs: list[Any]) -> str | None:
     """Why a conversational sample's goal cannot be reached (the first identifier nothing gives), or None."""
-    if sample.user is None:
+    if sample.user is None or sample.lookups_omitted:
         return None
     facts = [str(value) for value in sample.user.facts.values()]
     for index, action in enumerate(sample.actions):

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from proving import processes as processes_module
 from proving.evaluation import child as child_module
+from proving.evaluation import communicate as communicate_module
 from proving.evaluation import compare as compare_module
 from proving.evaluation.models import Report
 from proving.evaluation.quality import Quality
@@ -39,6 +40,7 @@ RUNTIME = Path(__file__).with_name("runtime")
 SHARED_MODULES = {  # baton's own stdlib-only modules that the export runs as they are
     "processes.py": Path(processes_module.__file__),
     "compare.py": Path(compare_module.__file__),
+    "communicate.py": Path(communicate_module.__file__),
     "child_main.py": child_module.CHILD_SCRIPT,
 }
 RUNTIME_MODULES = ("session.py", "offline_tokens.py", "box.py", "sandbox.py", "agents.py", "users.py",

@@ -26,7 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # baton_runtime/ sits beside this file
 
-from baton_runtime import agents, conversation, session  # noqa: E402 - after the path is set
+from baton_runtime import agents, communicate, conversation, session  # noqa: E402 - after the path is set
 from baton_runtime.box import FRAME_BYTES  # noqa: E402
 from baton_runtime.offline_tokens import provide_o200k  # noqa: E402
 from baton_runtime.sandbox import EXPORT_ROOT, NAME  # noqa: E402 - and registers the sandbox NAME
@@ -164,12 +164,20 @@ def baton_scorer():  # noqa: ANN201
         metadata = {"differences": verdict.differences, "checkers": verdict.checkers,
                     "tool_calls": len(calls), "sandbox": store().get(WHERE) or confinement()}
         explanation = verdict.explanation
+        # What the agent had to tell the user (tau2's communicate_info), read in its messages; nl_assertions shown only.
+        unsaid = communicate.unsaid(sample.get("communicate_info") or [],
+                                    [m.text for m in state.messages if m.role == "assistant"])
+        if unsaid:
+            metadata["communicate_info_unsaid"] = unsaid
+            explanation = f"failed: {communicate.explanation(unsaid)}\n{explanation}"
+        if sample.get("nl_assertions"):
+            metadata["nl_assertions_not_scored"] = sample["nl_assertions"]
         said = store().get(conversation.RECORD)
         if said and conversation.conversational(sample):  # the value stays the judge's; the fault is said beside it
             metadata |= conversation.verdict(sample, said)
             if metadata[conversation.FAULT]:
                 explanation += f"\nthe user simulator's fault, not the agent's: {metadata[conversation.FAULT]}"
-        return Score(value=1.0 if verdict.passed else 0.0, explanation=explanation, metadata=metadata)
+        return Score(value=1.0 if verdict.passed and not unsaid else 0.0, explanation=explanation, metadata=metadata)
 
     return score
 
