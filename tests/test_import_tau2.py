@@ -135,6 +135,15 @@ def test_baton_import_then_evaluate_with_the_gates(tmp_path: Path) -> None:
     # asks the agent to say the book is on loan, which mockllm's fixed answer does not.
     assert floors == {"task_2"}
     assert report["quality"]["figures"]["coverage"] is not None
+    # Through Inspect (the exported task's own scorer), a model that says one fixed text and calls nothing:
+    # tau2's reward, communicate_info included.
+    result = baton(tmp_path, "try", "tau2_mini", "--model", "mockllm/model")
+    assert result.exit_code == 0, result.output
+    tryout = json.loads((tmp_path / "tau2_mini" / ITERATION / "tryout.json").read_text())
+    passed = {s["id"]: s["passes"] for s in tryout["samples"]}
+    assert passed == {"task_0": 0, "task_1": 0, "task_2": 1, "task_4": 0}, passed
+    said = next(s for s in tryout["samples"] if s["id"] == "task_1")
+    assert "did not tell the user 'on loan' (communicate_info)" in said["failures"][0]
 
 
 @pytest.mark.slow
