@@ -53,9 +53,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -101,6 +103,7 @@ LAST_TRIGGER = 0.5
 SOLE_WORKER_AFTER_S = 3.0
 RESTART_DELAY = (1.0, 4.0)  # from a whole worker's kill -9 to its replacement's start (s)
 SHORT_HOLD = (2.0, 8.0)  # SIGSTOP durations (s)
+RUN_CODE = ("workers", "agents", "proving", "scenarios", "context")  # the packages the workers run
 
 
 def long_hold(lock_ttl: float) -> tuple[float, float]:
@@ -577,7 +580,8 @@ def summarize(faults: list[Fault], copies: list[Path], twins: dict[str, Path], g
         d, lo = audit(root, twins[root.name])
         dups += d
         lost += lo
-        proving_faulted = any(f.scenario == root.name and "inside baton.proving" in f.detail for f in injected)
+        proving_faulted = any(f.scenario == root.name and re.search(r"inside baton\.(proving|gate) ", f.detail)
+                              for f in injected)  # a proving task, or one of the gates' own tasks
         found = compare(twins[root.name], root, proving_faulted)
         diffs += found.diffs
         expected += found.expected
@@ -629,7 +633,9 @@ def failed(s: dict[str, Any]) -> bool:
 
 def details(s: dict[str, Any], limit: int = 30) -> str:
     parts = []
-    for title, items in (("not done", [f"{k}: {v}" for k, v in s["not_done"].items()]),
+    for title, items in (("code changed while the bench ran, so the two runs may not have run the same code "
+                          "(a difference may come from that)", s.get("code_changed") or []),
+                         ("not done", [f"{k}: {v}" for k, v in s["not_done"].items()]),
                          ("workers that exited by themselves", s["crashed"]),
                          ("faults never injected", s["never_fired"]), ("faults not recovered from", s["unrecovered"]),
                          ("duplicates", s["duplicates"]), ("lost", s["lost"]),
@@ -645,12 +651,30 @@ def code_version() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "workers", "agents", "scenarios", "context"],
-                               cwd=REPO_ROOT, capture_output=True, text=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *RUN_CODE], cwd=REPO_ROOT, capture_output=True,
+                               text=True).stdout
         changed = [line[3:] for line in dirty.splitlines() if line.strip()]
         return head + (f" plus uncommitted changes to {', '.join(changed)}" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def code_files() -> dict[str, bytes]:
+    """A digest of every file of the code the runs execute: the workers of the two runs start minutes apart and
+    import the checkout as it is then, so a change in between (on a machine others edit) makes them differ."""
+    out = {}
+    for package in RUN_CODE:
+        for path in sorted((REPO_ROOT / package).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                try:
+                    out[str(path.relative_to(REPO_ROOT))] = hashlib.sha1(path.read_bytes()).digest()
+                except OSError:
+                    pass
+    return out
+
+
+def changed_code(before: dict[str, bytes], after: dict[str, bytes]) -> list[str]:
+    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
 
 
 def render(s: dict[str, Any], res: dict[str, Any]) -> str:
@@ -669,7 +693,9 @@ def render(s: dict[str, Any], res: dict[str, Any]) -> str:
         ["copies done and succeeded", f"{res['copies'] - len(s['not_done'])} of {res['copies']}"],
         ["wall time (whole script)", f"{res['wall']:.0f} s (undisturbed run {res['baseline_wall']:.0f} s, "
                                      f"chaos run {res['chaos_wall']:.0f} s)"],
-        ["seed", res["seed"]], ["code", res["code"]],
+        ["seed", res["seed"]],
+        ["code", res["code"] + (f"; changed while the bench ran: {', '.join(s['code_changed'])}"
+                                if s.get("code_changed") else "")],
         ["reaper settings passed to the workers", res["reaper_env"] or "none (the workers' defaults)"],
     ], "ll")
     text = [
@@ -684,11 +710,18 @@ def render(s: dict[str, Any], res: dict[str, Any]) -> str:
         f"{long_hold(res['lock_ttl'])[0]:g}-{long_hold(res['lock_ttl'])[1]:g} s "
         f"(the agent lock's TTL is {res['lock_ttl']:g} s), a duplicate "
         "`baton.step` (the step due, or an older one), a duplicate `baton.compaction` after the agent's last step. "
-        "No `baton resume`: the system recovers by itself or not at all. Then every file of each copy is compared "
-        "with an undisturbed run of the same copies by the same code, key by key: timestamps, durations, usage "
-        "and cost aside, and what the clocks quoted in tool results change (file mtimes, request fingerprints, "
-        "token estimates), as two undisturbed runs differ there and nowhere else; the fencing bookkeeping "
-        "(`lease.json`, `phase.lease.json`, `discarded.jsonl`, `.lock`, `.tmp` files) aside. Duplicates: two log "
+        "No `baton resume`: the system recovers by itself or not at all. Then each copy is compared with an "
+        "undisturbed run of the same copies by the same code, by what the run means (`bench/chaos_compare.py`): "
+        "run.json, the reports' figures, findings and quality, the handoffs, samples, traces, tools and design, the "
+        "agents' logs (every message) and events, the gates' runs files, and each Inspect log read for its task "
+        "arguments, samples' messages and scores and metrics, matched by gate rather than by its file name. Set "
+        "aside: timestamps, durations, usage and cost, what the clocks quoted in tool results change (file mtimes, "
+        "request fingerprints, token estimates) as two undisturbed runs differ there and nowhere else, the copy's "
+        "folder quoted in a file (solver.json's log path), Inspect's log names (a start time and a random id); not "
+        "compared: the fencing bookkeeping (`lease.json`, `phase.lease.json`, `discarded.jsonl`, `.lock`, `.tmp` "
+        "files) and bytecode caches (`__pycache__`). A difference a fault explains (a gate's earlier attempt left "
+        "its Inspect log when a fault hit the copy's proving task) is listed with its reason, not counted. "
+        "Duplicates: two log "
         "records with one seq, two assistant or results records for one step, two step events for one step, two "
         "compaction records for one after_step. Lost: gaps in seq, an answered step without its step event, a "
         "file with fewer records than undisturbed. "
@@ -723,6 +756,7 @@ def chaos(faults: int, seed: int, scenarios: int | None = None, workdir: Path | 
     server = RedisServer(workdir / "redis")
     fleet = watch = None
     keep = True  # an exception keeps the folder (workers' logs) for a look
+    code_before = code_files()
     try:
         if not quiet:
             print(f"redis {server.url}; workdir {workdir}; {count} copies; plan: "
@@ -748,6 +782,7 @@ def chaos(faults: int, seed: int, scenarios: int | None = None, workdir: Path | 
         res["log"] = run.log
         run.check_workers()
         summary = summarize(faults_plan, run.fleet.roots, twins_by, run.given_up, faults, run.crashed)
+        summary["code_changed"] = changed_code(code_before, code_files())
         keep = failed(summary)
     finally:
         if fleet is not None:

@@ -29,6 +29,10 @@ ROLES = ("init", "execute")
 # with which interpreter, is not part of what the run means).
 EXCLUDED_NAMES = {"lease.json", "phase.lease.json", "discarded.jsonl", ".lock"}
 EXCLUDED_DIRS = {"__pycache__"}
+# The distributed gates' bookkeeping (proving/evaluation/gate_shards.py): ``state/gates/activity`` names the shard that
+# wrote last (for the reaper's clock), which is the order in which workers happened to run them, and a shard's
+# ``.progress`` counts its samples while it runs; the shard's result file beside it is what is compared.
+GATES_DIR = ("state", "gates")
 # Keys whose values are clocks, durations, or figures of the model's usage and cost: never compared.
 # "reads" (agent.json's tool_memory) maps each file an agent read to the file's mtime when read:
 # a clock too (two undisturbed runs differ there and nowhere else in agent.json).
@@ -84,16 +88,33 @@ def raw_jsonl(path: Path) -> list[Any]:
 
 
 def excluded(rel: Path) -> bool:
+    gates = rel.parts[:2] == GATES_DIR
     return (rel.name in EXCLUDED_NAMES or rel.suffix in (".tmp", ".pyc") or ".tmp" in rel.name
-            or any(part in EXCLUDED_DIRS for part in rel.parts))
+            or any(part in EXCLUDED_DIRS for part in rel.parts)
+            or (gates and (rel.parts[2:] == ("activity",) or rel.suffix == ".progress")))
 
 
 class Normalizer:
     """Sets aside what says where and when rather than what: the copy's own folder (``<copy>``) and the folder of
-    its run (``<scenarios>``) in any string, Inspect's log names, and the clocks quoted in text."""
+    its run (``<scenarios>``) in any string, Inspect's log names, the clocks quoted in text, and the ids of the
+    gates' plans, in strings and in paths (a plan is named by a digest of the iteration's report.json, which holds
+    when it was written: ``<plan of iteration n>``, numbered in the order they were made when there are more)."""
 
     def __init__(self, root: Path):
         self.places = [(str(root), "<copy>"), (str(root.parent), "<scenarios>")]
+        self.plans: dict[str, str] = {}
+        for iteration in sorted(root.joinpath(*GATES_DIR).glob("iteration_*")):
+            made = sorted((p for p in iteration.iterdir() if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name))
+            for k, plan in enumerate(made, 1):
+                self.plans[plan.name] = (f"<plan of {iteration.name}>" if len(made) == 1
+                                         else f"<plan {k} of {iteration.name}>")
+        self.places += [(plan, name) for plan, name in self.plans.items() if len(plan) >= 8]
+
+    def path(self, rel: Path) -> Path:
+        """``rel`` as both runs name it: a plan's folder by its place, not its id."""
+        if rel.parts[:2] != GATES_DIR or len(rel.parts) < 4:
+            return rel
+        return Path(*rel.parts[:3], self.plans.get(rel.parts[3], rel.parts[3]), *rel.parts[4:])
 
     def __call__(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -123,7 +144,16 @@ def eval_meaning(path: Path, norm: Normalizer) -> dict[str, Any]:
     called with their arguments; not the calls' ids) and scores, and the metrics."""
     from inspect_ai.log import read_eval_log  # the gates' own dependency: only the comparison needs it here
 
-    log = read_eval_log(str(path))
+    try:
+        log = read_eval_log(str(path))
+    except Exception as exc:  # a log Inspect cannot read is a finding to show, not a reason to stop comparing
+        reason = f"Inspect cannot read it: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        try:
+            head = read_eval_log(str(path), header_only=True).eval
+            gate = {"model": head.model, "task_args": head.task_args}
+        except Exception:
+            gate = {"model": None, "task_args": {"unreadable log": path.name}}
+        return norm(json.loads(json.dumps(gate | {"unreadable": reason}, default=str)))
     samples = []
     for s in sorted(log.samples or [], key=lambda s: (str(s.id), s.epoch)):
         samples.append({
@@ -193,18 +223,17 @@ def moved_compactions(a: Any, b: Any) -> list[str]:
     return notes
 
 
-def compare_inspect_logs(twin: Path, root: Path, rels: list[Path], proving_faulted: bool, out: Comparison) -> None:
+def compare_inspect_logs(twin: Path, root: Path, folder: Path, proving_faulted: bool, out: Comparison) -> None:
     """The Inspect logs of one proving_logs/ folder, matched by gate (model and task arguments, which name the
     runs file of a floor or mutation gate, or none for the solver) rather than by file name; within a gate the
     latest logs of the chaos run are compared with the undisturbed run's, in the order they were written."""
-    folder = rels[0].parent
     where = f"{root.name}/{folder}/*.eval"
     by_gate: list[dict[str, list[dict[str, Any]]]] = []
     for base in (twin, root):
         norm = Normalizer(base)
         gates: dict[str, list[dict[str, Any]]] = {}
-        for rel in sorted(r for r in rels if (base / r).exists()):  # names start with the time: oldest first
-            meaning = eval_meaning(base / rel, norm)
+        for path in sorted((base / folder).glob("*.eval")):  # names start with the time: oldest first
+            meaning = eval_meaning(path, norm)
             gate = json.dumps({"model": meaning["model"], "task_args": meaning["task_args"]}, sort_keys=True)
             gates.setdefault(gate, []).append(meaning)
         by_gate.append(gates)
@@ -212,38 +241,46 @@ def compare_inspect_logs(twin: Path, root: Path, rels: list[Path], proving_fault
     for gate in sorted(set(calm) | set(chaos)):
         want, got = calm.get(gate, []), chaos.get(gate, [])
         label = f"{where} (gate {gate})"
+        unreadable = "; ".join(f"{run}: {log['unreadable']}" for run, logs in (("undisturbed", want), ("chaos", got))
+                               for log in logs if "unreadable" in log)
         if len(got) < len(want):
-            out.diffs.append((label, f"{len(got)} Inspect logs, {len(want)} undisturbed"))
+            out.diffs.append((label, f"{len(got)} Inspect logs, {len(want)} undisturbed" + (
+                f"; {unreadable}" if unreadable else "")))
             continue
-        for i, (a, b) in enumerate(zip(want, got[len(got) - len(want):])):
+        extra = len(got) - len(want)
+        for i, (a, b) in enumerate(zip(want, got[extra:])):
             diff = first_difference(a, b)
             if diff is not None:
-                out.diffs.append((label, f"log {i + 1}: {diff}"))
-        extra = len(got) - len(want)
+                said = [f"{run}: {log['unreadable']}" for run, log in (("undisturbed", a), ("chaos", b))
+                        if "unreadable" in log]
+                out.diffs.append((label, f"log {i + 1}: " + ("; ".join(said) or diff)))
         if extra and proving_faulted:
             out.expected.append((label, f"{extra} earlier attempt(s) of this gate left their Inspect log: a fault hit "
-                                        "this copy's proving task, which ran again; the last attempt compares equal"))
+                                        "this copy's proving task, which ran again (its last attempt is compared)"))
         elif extra:
             out.diffs.append((label, f"{len(got)} Inspect logs, {len(want)} undisturbed, and no fault hit this "
-                                     "copy's proving task"))
+                                     "copy's proving task" + (f"; {unreadable}" if unreadable else "")))
 
 
 def compare(twin: Path, root: Path, proving_faulted: bool = False) -> Comparison:
     """Every file of ``root`` against ``twin``'s by meaning (see the module's docstring). ``proving_faulted``: a
     fault hit one of the copy's proving tasks, so a gate may have run more than once."""
-    files = {p.relative_to(twin) for p in twin.rglob("*") if p.is_file()}
-    files |= {p.relative_to(root) for p in root.rglob("*") if p.is_file()}
-    out = Comparison()
-    logs: dict[Path, list[Path]] = {}
     calm_norm, chaos_norm = Normalizer(twin), Normalizer(root)
-    for rel in sorted(f for f in files if not excluded(f)):
+    sides = []
+    for base, norm in ((twin, calm_norm), (root, chaos_norm)):
+        rels = (p.relative_to(base) for p in base.rglob("*") if p.is_file())
+        sides.append({norm.path(rel): base / rel for rel in rels if not excluded(rel)})
+    calm, chaos = sides
+    out = Comparison()
+    log_folders: set[Path] = set()
+    for rel in sorted(set(calm) | set(chaos)):
         if rel.suffix == ".eval":
-            logs.setdefault(rel.parent, []).append(rel)
+            log_folders.add(rel.parent)
             continue
-        a, b = twin / rel, root / rel
-        if not b.exists():
+        a, b = calm.get(rel), chaos.get(rel)
+        if b is None:
             out.diffs.append((f"{root.name}/{rel}", "missing in the chaos run"))
-        elif not a.exists():
+        elif a is None:
             out.diffs.append((f"{root.name}/{rel}", "not in the undisturbed run"))
         else:
             left, right = parsed(a, calm_norm), parsed(b, chaos_norm)
@@ -252,8 +289,8 @@ def compare(twin: Path, root: Path, proving_faulted: bool = False) -> Comparison
                 diff = "; ".join([diff, *moved_compactions(left, right)])
             if diff is not None:
                 out.diffs.append((f"{root.name}/{rel}", diff))
-    for rels in logs.values():
-        compare_inspect_logs(twin, root, rels, proving_faulted, out)
+    for folder in sorted(log_folders):
+        compare_inspect_logs(twin, root, folder, proving_faulted, out)
     return out
 
 

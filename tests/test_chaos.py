@@ -3,7 +3,8 @@
 Six faults over two copies of the example, every kind at least once: kill -9 of a pool child,
 kill -9 of a whole worker (replaced shortly after), SIGSTOP, a duplicate step, a duplicate
 compaction. No ``baton resume``: the run must finish by itself, with nothing duplicated, nothing
-lost, and every file equal to an undisturbed run's (clocks, usage and estimates aside).
+lost, and each copy meaning what an undisturbed run's means (bench/chaos_compare.py: clocks, usage, estimates,
+Inspect's log names and the copies' folders aside).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ the copy's proving task."""
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,8 @@ def inspect_log(path: Path, root: Path, when: str, call_id: str, score: float = 
 
 
 def make_copy(base: Path, when: str, uid: str, finding: str = FINDING, message: str = "Let me read the brief.",
-              handoff: str = "focus on R6", score: float = 1.0, attempts: int = 1, pycache: bool = False) -> Path:
+              handoff: str = "focus on R6", score: float = 1.0, attempts: int = 1, pycache: bool = False,
+              plan: str = "5ffecba8408ae919", shard_finding: str = FINDING) -> Path:
     """A finished copy of the example named chaos_01 under ``base``/scenarios, stamped with ``when``."""
     root = base / "scenarios" / "chaos_01"
     figures = {"coverage": 0.8571, "findings": 1, "pass_hat_k": 0.8}
@@ -79,6 +81,13 @@ def make_copy(base: Path, when: str, uid: str, finding: str = FINDING, message: 
     log = root / "state" / "init" / "log.jsonl"
     log.parent.mkdir(parents=True)
     log.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    # The distributed gates' files: a shard's result under its plan (named by a digest of report.json, so by when it
+    # was written), the last shard's activity and a shard's progress counter.
+    gates = root / "state" / "gates"
+    shard = {"findings": [{"key": [0], "finding": {"gate": "coverage", "rule": "R6", "detail": shard_finding}}]}
+    write_json(gates / "iteration_1" / plan / "coverage-0.json", {"plan": plan, "gate": "coverage", "part": shard})
+    (gates / "iteration_1" / plan / "floor-0.progress").write_text(str(len(uid)), encoding="utf-8")
+    (gates / "activity").write_text(f"{plan} {uid} 0 done", encoding="utf-8")
     if pycache:
         cache = out / "inspect_task" / "__pycache__"
         cache.mkdir(parents=True)
@@ -88,6 +97,7 @@ def make_copy(base: Path, when: str, uid: str, finding: str = FINDING, message: 
 
 def pair(tmp_path: Path, **chaos: object) -> tuple[Path, Path]:
     twin = make_copy(tmp_path / "undisturbed", "2026-11-28T14:16:15+00:00", "T83SNw6sDqQMp", pycache=True)
+    chaos.setdefault("plan", "d7dde8243c82ba20")
     root = make_copy(tmp_path / "chaos", "2026-11-28T14:21:40+00:00", "RVsZSGaXf37Qb", **chaos)  # type: ignore[arg-type]
     return twin, root
 
@@ -107,8 +117,10 @@ def test_a_changed_finding_differs(tmp_path):
 @pytest.mark.parametrize("change, where", [
     ({"handoff": "focus on R2"}, "chaos_01/handoffs/iteration_1/init_to_execute_context.json"),
     ({"message": "Let me read the design."}, "chaos_01/state/init/log.jsonl"),
+    ({"shard_finding": "rule R6 is never seen"},
+     "chaos_01/state/gates/iteration_1/<plan of iteration_1>/coverage-0.json"),
 ])
-def test_a_changed_handoff_or_log_message_differs(tmp_path, change, where):
+def test_a_changed_handoff_log_message_or_gate_shard_differs(tmp_path, change, where):
     twin, root = pair(tmp_path, **change)
     assert [file for file, _ in cmp.compare(twin, root).diffs] == [where]
 
@@ -127,6 +139,23 @@ def test_an_extra_attempt_of_a_gate_is_explained_only_by_a_fault_on_the_proving_
     explained = cmp.compare(twin, root, proving_faulted=True)
     assert explained.diffs == []
     assert len(explained.expected) == 1 and "1 earlier attempt(s) of this gate" in explained.expected[0][1]
+
+
+def test_an_inspect_log_that_inspect_cannot_read_differs_and_says_why(tmp_path):
+    """As a log whose span event lost its "event" tag to a redaction (the chaos run of issue 38): shown, not a crash."""
+    twin, root = pair(tmp_path)
+    (log,) = root.rglob("*.eval")
+    with zipfile.ZipFile(log) as source:
+        members = {m.filename: source.read(m) for m in source.infolist()}
+    name = next(n for n in members if n.startswith("samples/"))
+    sample = json.loads(members[name])
+    sample["events"].append({"event": "<REDACTED>", "id": "<REDACTED>", "timestamp": "2026-11-28T14:<REDACTED>"})
+    members[name] = json.dumps(sample).encode()
+    with zipfile.ZipFile(log, "w", zipfile.ZIP_DEFLATED) as target:
+        for member, data in members.items():
+            target.writestr(member, data)
+    (diff,) = cmp.compare(twin, root).diffs
+    assert diff[1].startswith("log 1: chaos: Inspect cannot read it: ValidationError")
 
 
 def test_a_missing_inspect_log_differs(tmp_path):
