@@ -11,6 +11,7 @@ that did not measure its figure:
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from proving.evaluation.quality import Quality
@@ -69,6 +70,7 @@ def figure_summary(quality: Quality) -> dict[str, Any]:
         "coverage": figures.coverage,
         "duplicates": figures.duplicates,
         "findings": len(quality.findings),
+        "defects": dict(Counter(f.defect for f in quality.findings).most_common()),  # defect -> findings naming it
         "ran": list(quality.ran),
         "skipped": dict(quality.skipped),
     }

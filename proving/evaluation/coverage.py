@@ -51,19 +51,20 @@ def coverage(business_rules: str, samples: Iterable[Mapping[str, Any]]) -> tuple
             sides.setdefault(str(rule), set()).add(side)
             if rules and str(rule) not in rules:
                 findings.append(Finding.of("coverage", "L4", f"cites rule {rule}, which design/business_rules.md does "
-                                           "not define", sample=str(sample.get("id")), rule=str(rule)))
+                                           "not define", sample=str(sample.get("id")), rule=str(rule),
+                                           defect="unknown_rule"))
     if not rules:
-        findings.append(Finding(gate="coverage", **{"class": "L1"}, detail=(
+        findings.append(Finding(gate="coverage", **{"class": "L1"}, defect="unknown_rule", detail=(
             "design/business_rules.md defines no rule ids (list items such as '- R1: ...'), so coverage "
             "cannot be measured; number the rules")))
         return None, rules, findings
     for rule in rules:
         seen = sides.get(rule, set())
         if not seen:
-            findings.append(Finding(gate="coverage", rule=rule, **{"class": "L4"}, detail=(
+            findings.append(Finding(gate="coverage", rule=rule, **{"class": "L4"}, defect="uncovered_rule", detail=(
                 f"no sample exercises rule {rule}; add one whose outcome depends on it")))
         elif seen == {"refuses"}:
-            findings.append(Finding(gate="coverage", rule=rule, **{"class": "L4"}, detail=(
+            findings.append(Finding(gate="coverage", rule=rule, **{"class": "L4"}, defect="uncovered_rule", detail=(
                 f"rule {rule} is only seen refusing; add a sample where it is considered and the request is "
                 "granted (its other side), so an agent that always refuses cannot pass it")))
     # A rule seen refusing only is exercised by half: an agent that refuses everything passes all its samples.
@@ -110,7 +111,8 @@ def duplicates(samples: Iterable[Mapping[str, Any]]) -> list[Finding]:
     for sample in samples:
         key, sid = shape(sample), str(sample.get("id"))
         if key in first:
-            findings.append(Finding(gate="duplicate", sample=sid, **{"class": "L4"}, detail=(
+            findings.append(Finding(gate="duplicate", sample=sid, **{"class": "L4"}, defect="duplicate",
+                                    evidence=f"repeats {first[key]}", detail=(
                 f"the same task as {first[key]} up to renaming of ids and amounts (same rules, actions, "
                 "arguments and expected state): it measures nothing new; change what it tests or remove it")))
         else:

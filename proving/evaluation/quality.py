@@ -8,20 +8,27 @@ returns figures and findings:
 - ``mutation``: trajectories one mistake away from a sample's expected one are rejected by the scorer;
 - ``solver``: a blind solver, seeing only what the model under test sees, solves each sample within k tries;
 - ``coverage``: every business rule is exercised, a refusing rule on both of its sides;
-- ``duplicate``: no two samples are the same task up to renaming of ids and amounts.
+- ``duplicate``: no two samples are the same task up to renaming of ids and amounts;
+- ``gold``: the expected actions themselves: none fails, every literal has a source, no two samples with the
+  same facts decide differently (gold.py);
+- ``policy``: every expected action is one the design's executable policy allows, and the tools refuse what it
+  denies (policy_gate.py).
 
 A finding is classed as the evaluation's layers are: L1 when the design must change (a rule no sample can
-observe, an ambiguity), L4 when a sample must (a duplicate, an outcome no state records).
+observe, an ambiguity), L4 when a sample must (a duplicate, an outcome no state records), and named by its
+defect (defects.py: one vocabulary, mapped onto the categories benchmark maintainers fix).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
-GateName = Literal["floor", "mutation", "solver", "coverage", "duplicate"]
-GATES: tuple[GateName, ...] = ("floor", "mutation", "solver", "coverage", "duplicate")
+from proving.evaluation.defects import BY_GATE, Category, Defect, category
+
+GateName = Literal["floor", "mutation", "solver", "coverage", "duplicate", "gold", "policy"]
+GATES: tuple[GateName, ...] = ("floor", "mutation", "solver", "coverage", "duplicate", "gold", "policy")
 
 
 class Finding(BaseModel):
@@ -33,12 +40,34 @@ class Finding(BaseModel):
     rule: str | None = None
     class_: Literal["L1", "L4"] = Field(alias="class")
     detail: str
+    defect: Defect  # what is wrong, in the one vocabulary (defects.py); ``category`` maps it onto the fix list's
+    action: str | None = None  # the expected action it is about, as "<n>: tool(arg=value, ...)" (n from 1)
+    evidence: str | None = None  # what shows it: the tool's error, the value and where the data says otherwise
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, value: Any) -> Any:
+        """A finding of an older report.json has no defect: its gate's (defects.BY_GATE). ``category`` is derived
+        from the defect, so a stored one is read past, never trusted."""
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k != "category"}
+            if value.get("defect") is None and value.get("gate") in BY_GATE:
+                value["defect"] = BY_GATE[value["gate"]]
+        return value
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def category(self) -> Category | None:
+        """The τ³ fix list's category the defect falls in ("suite": none of them)."""
+        return category(self.defect)
 
     @classmethod
     def of(cls, gate: GateName, layer: Literal["L1", "L4"], detail: str, *, sample: str | None = None,
-           rule: str | None = None) -> Finding:
+           rule: str | None = None, defect: Defect | None = None, action: str | None = None,
+           evidence: str | None = None) -> Finding:
         """A finding (``class`` is a Python keyword, so the field is filled by its alias here)."""
-        return cls.model_validate({"gate": gate, "class": layer, "detail": detail, "sample": sample, "rule": rule})
+        return cls.model_validate({"gate": gate, "class": layer, "detail": detail, "sample": sample, "rule": rule,
+                                   "defect": defect, "action": action, "evidence": evidence})
 
     def as_json(self) -> dict[str, object]:
         return self.model_dump(by_alias=True)
