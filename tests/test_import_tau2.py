@@ -58,6 +58,7 @@ def test_each_task_becomes_a_sample_with_its_user_its_actions_and_the_state_they
     assert "Book is not available" in refused["notes"] and refused["expected_state"] == {}
     assert samples["task_4"]["lookups_omitted"] is True and "lookups_omitted" not in lend
     assert report.do_nothing_passes == ["task_2"]  # no state change and nothing to communicate
+    assert (report.failing_gold, report.lookups_omitted) == (["task_2"], ["task_4"])
     assert [(s.task, "the user's own" in s.why) for s in report.skipped] == [("3", True)]
     written = (root / "design" / "import_report.md").read_text()
     assert "task 3: its expected actions include the user's own (refresh_app)" in written

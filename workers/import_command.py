@@ -35,8 +35,10 @@ def tau2(
         say(Text(f"{len(report.skipped)} task(s) not imported: "
                  + "; ".join(f"task {s.task}: {s.why}" for s in report.skipped[:5])
                  + (" ..." if len(report.skipped) > 5 else "")))
-    if report.task_notes:
-        say(Text(f"{len(report.task_notes)} sample(s) with notes (a gold action that fails, ...)"))
+    if report.failing_gold or report.lookups_omitted:
+        say(Text(f"{len(report.failing_gold)} sample(s) with an expected action that fails in the domain's own code "
+                 f"(left out when it changed nothing); {len(report.lookups_omitted)} whose expected actions leave out "
+                 "the lookups that find an id they pass"))
     say(Text(f"by tau2's own reward a run that does nothing passes {len(report.do_nothing_passes)} of "
              f"{report.samples} samples"))
     say(Text(f"what was and was not carried over: {root}/design/import_report.md"))

@@ -43,6 +43,8 @@ class ImportReport(BaseModel):
     database_file: str
     sandbox: str  # where the domain's code ran to replay the tasks
     do_nothing_passes: list[str] = Field(default_factory=list)  # samples tau2's reward gives a run with no action
+    failing_gold: list[str] = Field(default_factory=list)  # samples with an expected action tau2's own code refuses
+    lookups_omitted: list[str] = Field(default_factory=list)  # samples whose gold leaves out the lookups of an id
     skipped: list[SkippedTask] = Field(default_factory=list)
     task_notes: list[TaskNote] = Field(default_factory=list)
     not_carried: list[str] = Field(default_factory=list)
@@ -57,7 +59,10 @@ class ImportReport(BaseModel):
                  f"- The tasks' expected actions were replayed with the domain's own code ({self.sandbox}).",
                  f"- By tau2's own reward a run that does nothing passes {len(self.do_nothing_passes)} of "
                  f"{self.samples} samples (no expected state change and nothing to communicate)"
-                 + (f": {', '.join(self.do_nothing_passes)}." if self.do_nothing_passes else "."), ""]
+                 + (f": {', '.join(self.do_nothing_passes)}." if self.do_nothing_passes else "."),
+                 f"- {len(self.failing_gold)} samples have an expected action that fails in the domain's own code "
+                 f"(named below); {len(self.lookups_omitted)} leave out the lookups that find an id they pass "
+                 "(lookups_omitted).", ""]
         lines += ["## Not carried over", ""] + [f"- {item}" for item in self.not_carried]
         if self.skipped:
             lines += ["", f"## Tasks not imported ({len(self.skipped)})", ""]
@@ -70,4 +75,5 @@ class ImportReport(BaseModel):
 
     def summary(self) -> dict[str, Any]:
         return {"samples": self.samples, "tasks": self.tasks, "skipped": len(self.skipped),
-                "with_notes": len(self.task_notes), "do_nothing_passes": len(self.do_nothing_passes)}
+                "with_notes": len(self.task_notes), "do_nothing_passes": len(self.do_nothing_passes),
+                "failing_gold": len(self.failing_gold), "lookups_omitted": len(self.lookups_omitted)}

@@ -72,6 +72,10 @@ def _samples(found: Domain, replayed: Replayed, tools: set[str], report: ImportR
             continue
         if gap is not None:
             converted.notes.append(lookups_omitted(converted.sample, gap))
+        if converted.failing:
+            report.failing_gold.append(converted.sample["id"])
+        if converted.sample.get("lookups_omitted"):
+            report.lookups_omitted.append(converted.sample["id"])
         if converted.notes:
             report.task_notes.append(TaskNote(sample=converted.sample["id"], notes=converted.notes))
         if not converted.sample["expected_state"] and not converted.sample.get("communicate_info"):

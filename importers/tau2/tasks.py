@@ -34,6 +34,7 @@ class Converted:
     skipped: str | None = None  # why no sample was made
     notes: list[str] = field(default_factory=list)  # what the report says of this task
     outputs: list[Any] = field(default_factory=list)  # the kept actions' outputs in the replay
+    failing: bool = False  # an expected action fails in the domain's own code
 
 
 def sample_id(task: Task) -> str:
@@ -117,7 +118,7 @@ def convert(task: Task, domain: str, replayed: dict[str, Any], tools: set[str]) 
         sample["nl_assertions"] = nl
     if notes:
         sample["notes"] = " ".join(notes)
-    return Converted(sample, notes=notes, outputs=outputs)
+    return Converted(sample, notes=notes, outputs=outputs, failing=bool(failed))
 
 
 def lookups_omitted(sample: dict[str, Any], gap: str) -> str:
