@@ -1,7 +1,8 @@
 """Chaos suite (issue 11): the example scenario run distributed while faults are injected, then
 every output file compared with an undisturbed run of the same code.
 
-    .venv/bin/python bench/chaos.py --faults 30 --seed 1 [--out docs/benchmarks.md]
+    .venv/bin/python bench/chaos.py --faults 30 --seed 1 [--keep] [--out docs/benchmarks.md]
+    .venv/bin/python bench/chaos.py --compare /tmp/baton-chaos-XXXX   (compare and audit a kept run again)
 
 What it does, all on real processes that this script starts and stops by pid (never by name):
 
@@ -798,6 +799,26 @@ def chaos(faults: int, seed: int, scenarios: int | None = None, workdir: Path | 
     return summary | {"res": res}
 
 
+def compare_kept(workdir: Path) -> int:
+    """The comparison and audit of a kept run's copies, again (the faults are not known here: an extra attempt of a
+    gate counts as a difference). Exit status 1 when anything differs, was duplicated or lost."""
+    copies = sorted((workdir / "chaos" / "scenarios").glob("chaos_*"))
+    if not copies:
+        raise SystemExit(f"{workdir} holds no kept chaos run (no chaos/scenarios/chaos_* folder)")
+    bad = 0
+    for root in copies:
+        twin = workdir / "undisturbed" / "scenarios" / root.name
+        dups, lost = audit(root, twin)
+        found = compare(twin, root)
+        state = run_state(root)
+        print(f"{root.name}: {state.get('phase')}/{state.get('status')} (undisturbed {run_state(twin).get('status')}); "
+              f"duplicates {len(dups)}, lost {len(lost)}, differing files {len(found.diffs)}")
+        for line in [*dups, *lost, *(f"{f}: {k}" for f, k in found.diffs)]:
+            print(f"  - {line}")
+        bad += len(dups) + len(lost) + len(found.diffs)
+    return 1 if bad else 0
+
+
 def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -820,7 +841,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, scenario copies)")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"write the Chaos section of this file (e.g. {DEFAULT_DOC.relative_to(REPO_ROOT)})")
+    ap.add_argument("--compare", type=Path, default=None, metavar="KEPT",
+                    help="run nothing: compare and audit again the copies of a folder an earlier run kept (--keep)")
     args = ap.parse_args(argv)
+    if args.compare is not None:
+        return compare_kept(args.compare)
     signal.signal(signal.SIGTERM, _interrupted)  # a kill of this script still stops every process it started
     env = {}
     if args.stall_after is not None:

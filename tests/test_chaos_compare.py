@@ -81,6 +81,8 @@ def make_copy(base: Path, when: str, uid: str, finding: str = FINDING, message: 
     log = root / "state" / "init" / "log.jsonl"
     log.parent.mkdir(parents=True)
     log.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    event = {"kind": "step", "step": 1, "at": when, "estimated_input": len(uid) * 100, "threshold": 11000}
+    (log.parent / "events.jsonl").write_text(json.dumps(event) + "\n", encoding="utf-8")
     # The distributed gates' files: a shard's result under its plan (named by a digest of report.json, so by when it
     # was written), the last shard's activity and a shard's progress counter.
     gates = root / "state" / "gates"
@@ -164,3 +166,12 @@ def test_a_missing_inspect_log_differs(tmp_path):
         log.unlink()
     (diff,) = cmp.compare(twin, root).diffs
     assert diff[1] == "0 Inspect logs, 1 undisturbed"
+
+
+@pytest.mark.parametrize("change, status", [({}, 0), ({"finding": "rule R6 is never seen"}, 1)])
+def test_the_bench_compares_a_kept_run_again(tmp_path, capsys, change, status):
+    """``bench/chaos.py --compare KEPT``: the comparison and audit of a kept run's folder, without running it."""
+    pair(tmp_path, **change)
+    assert load_bench("chaos").main(["--compare", str(tmp_path)]) == status
+    out = capsys.readouterr().out
+    assert f"duplicates 0, lost 0, differing files {status}" in out
