@@ -1,5 +1,5 @@
 """Chaos suite (issue 11): the example scenario run distributed while faults are injected, then
-every output file compared with an undisturbed run of the same code.
+each copy compared by what it means with an undisturbed run of the same code (issue 38).
 
     .venv/bin/python bench/chaos.py --faults 30 --seed 1 [--keep] [--out docs/benchmarks.md]
     .venv/bin/python bench/chaos.py --compare /tmp/baton-chaos-XXXX   (compare and audit a kept run again)
