@@ -26,6 +26,14 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+class Judged(BaseModel):
+    """An iteration judged again on the report ``baton evaluate`` wrote over the one the run decided on."""
+
+    run: int  # the evaluation run (report.json's ``run``) judged
+    at: str
+    quality_run: int | None = None  # the evaluation run the gates' figures were measured on; None: no figures
+
+
 class IterationResult(BaseModel):
     iteration: int
     success_rate: float
@@ -35,6 +43,7 @@ class IterationResult(BaseModel):
     # findings), and the targets the iteration missed, each said in words. Absent in run.json written before them.
     figures: dict[str, Any] = Field(default_factory=dict)
     unmet: list[str] = Field(default_factory=list)
+    judged_again: Judged | None = None  # None: as the run itself judged it
 
 
 class RunRecord(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -16,9 +17,18 @@ from rich.text import Text
 from agents.config import ConfigError
 from agents.models import ModelError
 from agents.settings_layers import ARGUMENT
+from scenarios.confined import unwritable
 from scenarios.store import StoreError
 from workers.app import BROKER_ENVS, broker_url, mask_secrets, mask_url
 from workers.render import err
+
+
+def unwritable_path(exc: Exception) -> StoreError | None:
+    """A write refused by the file system (read-only, no permission) outside ``scenarios.confined``'s writes (the
+    scenario lock, a new scenario's folder), said with the folder it was in; None for any other error."""
+    if not isinstance(exc, OSError) or not isinstance(exc.filename, str) or not os.path.isabs(exc.filename):
+        return None
+    return unwritable(exc, Path(exc.filename).parent)
 
 
 class CliError(Exception):
@@ -101,7 +111,7 @@ def guarded(command: F) -> F:
         except ModelError as exc:
             fail(CliError(f"model: {exc}"))
         except (ValueError, OSError) as exc:
-            fail(CliError(f"{exc.__class__.__name__}: {exc}"))
+            fail(CliError(str(unwritable_path(exc) or f"{exc.__class__.__name__}: {exc}")))
         except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise  # typer's and click's own exits and usage errors (both are RuntimeErrors)
         except Exception as exc:  # a bug: still no traceback by default, and the disk is left as it was

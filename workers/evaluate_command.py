@@ -16,16 +16,17 @@ from rich.text import Text
 
 from agents.config import ConfigError
 from agents.settings_layers import proving_settings, resolve_config
-from proving.evaluation.gates import prove
+from proving.evaluation.gates import ProvingSettings, prove
 from proving.evaluation.quality import Quality
+from proving.evaluation.report_file import KEPT, KEPT_RUN, ReportFile, read_report
 from proving.evaluation.run import EvaluationError, run_evaluation
 from scenarios.folder import Folder
-from scenarios.run import claim_run, load_run
+from scenarios.run import IterationResult, Judged, claim_run, load_run, now, save_run
 from scenarios.store import Layout
 from workers import loop
 from workers.errors import CliError, guarded
 from workers.render import figures_line, moving, new_table, out, say
-from workers.targets import figure_summary
+from workers.targets import figure_summary, unmet_targets
 
 LABEL = "baton evaluate"
 REASON_CHARS = 160
@@ -37,7 +38,8 @@ def evaluate(
         min=1, help="which iteration [default: the last one with outputs]")] = None,
     profile: Annotated[str | None, typer.Option(help="settings profile [default: the run's]")] = None,
     gates: Annotated[bool, typer.Option(
-        "--gates/--no-gates", help="run the gates (coverage, duplicates, floors...) after the evaluation")] = True,
+        "--gates/--no-gates", help="run the gates (coverage, duplicates, floors...) after the evaluation; "
+        "--no-gates keeps the figures of the report it replaces")] = True,
 ) -> None:
     """Run an iteration's evaluation again from disk (no model) and print the report."""
     root = loop.scenario_root(name)
@@ -51,7 +53,12 @@ def evaluate(
         have = ", ".join(map(str, iterations(root))) or "none"
         raise CliError(f"{name} has no execution_outputs/iteration_{chosen}/ (iterations with outputs: {have})",
                        "pass one of those to --iteration, or leave it out for the last one")
+    before = read_report(root, chosen)
+    if before.problem:  # replacing it would lose its evaluation-run count, its earlier runs and the gates' figures
+        raise CliError(f"{before.damage()}; evaluating again would replace it and lose what it recorded",
+                       before.remedy(name))
     try:
+        settings = proving_settings(root)
         config = resolve_config("execute", scenario_toml=Layout(root).toml,
                                 profile=profile or (record.profile if record else None))
         report = run_evaluation(root, chosen, timeout_s=config.tools.eval_timeout_s,
@@ -61,19 +68,63 @@ def evaluate(
         raise CliError(str(exc)) from None
     show(root, report)
     if gates:
-        show_quality(root, chosen, run_gates(root, chosen))
+        quality: Quality | None = run_gates(root, chosen, settings)
+        quality_run = report["run"]
+        show_quality(root, chosen, quality)
+    else:
+        quality, quality_run = keep_quality(root, chosen, before)
+    judge_again(root, chosen, report, quality, quality_run, list(settings.gates))
 
 
-def run_gates(root: Path, iteration: int) -> Quality:
+def run_gates(root: Path, iteration: int, settings: ProvingSettings) -> Quality:
     """The configured gates on the iteration just evaluated; their quality written into its report.json."""
-    try:
-        settings = proving_settings(root)
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
     quality = prove(root, iteration, settings)
     report = loop.raw_report(root, iteration)
     loop.write_quality(root, iteration, {k: v for k, v in report.items() if k != "quality"}, quality, claim_run(root))
     return quality
+
+
+def keep_quality(root: Path, iteration: int, before: ReportFile) -> tuple[Quality | None, int | None]:
+    """``--no-gates``: the gates' figures of the report just replaced, carried into the new one as
+    ``kept_quality`` with the evaluation run they were measured on (the proving phase measures again: it decides
+    on ``quality`` alone); none when it had none."""
+    if before.quality is None or before.quality_run is None:
+        say(Text("the gates did not run (--no-gates), and the report replaced had no figures of theirs to keep",
+                 style="yellow"))
+        return None, None
+    report = loop.raw_report(root, iteration)
+    kept = {KEPT: before.quality.model_dump(mode="json", by_alias=True), KEPT_RUN: before.quality_run}
+    Folder(root).write_json(Layout(root).outputs(iteration) / "report.json", {**report, **kept}, claim_run(root))
+    say(Text(f"kept the gates' figures of evaluation run {before.quality_run}, not measured again (--no-gates): "
+             + figures_line(figure_summary(before.quality))))
+    return before.quality, before.quality_run
+
+
+def judge_again(root: Path, iteration: int, report: dict[str, Any], quality: Quality | None,
+                quality_run: int | None, gates: list[str]) -> None:
+    """The run's record of the iteration judged on the report just written, as the proving phase judges (the
+    targets, ``workers.targets``); a finished run's status follows: succeeded when an iteration meets every
+    target. An iteration the run has not judged yet is left to `baton resume`, which decides on this report."""
+    lease = claim_run(root)
+    record = load_run(root)
+    if record is None or not any(r.iteration == iteration for r in record.results):
+        return
+    rate = float(report["success_rate"])
+    unmet = unmet_targets(record, rate, quality or Quality(), gates)
+    if quality is None and gates:
+        unmet.append(f"the gates did not run on it: `baton evaluate {root.name} --iteration {iteration}` runs them")
+    result = IterationResult(iteration=iteration, success_rate=rate, passed=report["passed"], total=report["total"],
+                             figures=figure_summary(quality) if quality else {}, unmet=unmet,
+                             judged_again=Judged(run=report["run"], at=now(), quality_run=quality_run))
+    results = [result if r.iteration == iteration else r for r in record.results]
+    status = record.status
+    if record.phase == "done" and status in ("succeeded", "failed_target"):
+        status = "succeeded" if any(not r.unmet for r in results) else "failed_target"
+    save_run(root, record.model_copy(update={"results": results, "status": status}), lease)
+    verdict = "every target met" if not unmet else "missed: " + "; ".join(unmet)
+    change = f"{record.status} -> {status}" if status != record.status else f"still {status}"
+    say(Text(f"run.json: iteration {iteration} judged again on evaluation run {report['run']}: {verdict}; "
+             f"the run: {change}"))
 
 
 def show_quality(root: Path, iteration: int, quality: Quality) -> None:
@@ -82,10 +133,10 @@ def show_quality(root: Path, iteration: int, quality: Quality) -> None:
     for gate, why in quality.skipped.items():
         say(Text(f"  {gate} did not run: {why}", style="yellow"))
     if quality.findings:
-        table = new_table("gate", "class", "sample", "rule", "finding")
+        table = new_table("gate", "defect", "class", "sample", "rule", "finding")
         for finding in quality.findings:
-            detail = finding.detail
-            table.add_row(finding.gate, finding.class_, finding.sample or "-", finding.rule or "-",
+            detail = finding.detail + (f" [evidence: {finding.evidence}]" if finding.evidence else "")
+            table.add_row(finding.gate, finding.defect, finding.class_, finding.sample or "-", finding.rule or "-",
                           detail if len(detail) <= REASON_CHARS else detail[: REASON_CHARS - 3] + "...")
         out.print(table)
     else:

@@ -18,7 +18,7 @@ from scenarios.store import Layout, StoreError
 from workers.confinement import unconfined
 from workers.inert import InertTable
 from workers.readmodel import Snapshot, ping_workers, read_activity, scenario_roots, toml_problem
-from workers.render import ago, gauge, moving, out, rates, say
+from workers.render import ago, damaged_reports, gauge, moving, out, rates, say
 
 ESSENTIAL = ("scenario", "phase", "iter", "status")
 OPTIONAL = ("success rates", "init context", "execute context", "compactions init/execute")  # kept in this order
@@ -103,6 +103,7 @@ def status_row(root: Path, workers: list[str] | None = None) -> list[Any]:
     notes = [record.last_error] if record is not None and record.last_error else []
     if record is not None and record.status == "error":
         notes.append(f"nothing runs it: fix the cause, then `baton resume {root.name}`")
+    notes += [f"iteration {n}'s report.json is damaged" for n in damaged_reports(root, record)]
     notes += [f"{len(a.problems)} torn/bad log line(s) ({a.role})" for a in agents.values() if a.problems]
     notes += [f"{len(a.warnings)} warning(s) ({a.role})" for a in agents.values() if a.warnings]
     if problem := toml_problem(root):  # this row only: every other scenario is listed as usual

@@ -28,6 +28,7 @@ from agents.events import (
 )
 from agents.settings_layers import load_scenario_config, resolve_agents
 from context.assembly import Assembled
+from proving.evaluation.report_file import ReportFile, read_report
 from proving.export.tryout import read_tryout
 from scenarios.folder import scenario_folders
 from scenarios.run import RunRecord, load_run
@@ -312,7 +313,13 @@ def status_json(root: Path) -> dict[str, Any]:
     return {"scenario": root.name, "run": snap.record.model_dump(mode="json") if snap.record else None,
             "agents": agents, "models": {role: pin.model_dump(mode="json") for role, pin in snap.pins.items()},
             "spend": read_spend(root).model_dump(mode="json"), "scenario_toml_problem": toml_problem(root),
-            "activity": read_activity(snap).as_json(), "tryouts": tryouts_json(root, snap.record)}
+            "activity": read_activity(snap).as_json(), "tryouts": tryouts_json(root, snap.record),
+            "reports": {str(n): found.as_json() for n, found in read_reports(root, snap.record).items()}}
+
+
+def read_reports(root: Path, record: RunRecord | None) -> dict[int, ReportFile]:
+    """Each judged iteration's report.json as it is now (missing, damaged or read): what status shows of it."""
+    return {r.iteration: read_report(root, r.iteration) for r in (record.results if record else [])}
 
 
 def tryouts_json(root: Path, record: RunRecord | None) -> dict[str, Any]:

@@ -17,10 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from agents.catalogue import PinnedModel
+from proving.evaluation.report_file import ReportFile
 from proving.export.tryout import read_tryout
-from scenarios.folder import Folder
-from scenarios.run import RunRecord
-from scenarios.store import Layout
+from scenarios.run import IterationResult, RunRecord
 from workers.confinement import unconfined
 from workers.inert import InertConsole, InertTable
 from workers.readmodel import (
@@ -29,9 +28,11 @@ from workers.readmodel import (
     AgentView,
     Snapshot,
     read_activity,
+    read_reports,
     toml_problem,
 )
 from workers.spend import RunSpend, Spend, read_spend
+from workers.targets import figure_summary
 
 ACTORS = {"designing": " (Init)", "executing": " (Execute)", "proving": " (the gates)",
           "awaiting_approval": " (your turn)"}
@@ -82,7 +83,15 @@ def figures_line(f: dict[str, Any]) -> str:
     floor = share(f.get("floor")) + (f" ({', '.join(f'{a} {v:.0%}' for a, v in floors.items())})" if floors else "")
     dups = "-" if f.get("duplicates") is None else str(f["duplicates"])
     return (f"floor {floor}, mutation score {share(f.get('mutation_score'))}, solvable {share(f.get('solvable_share'))}"
-            f"{solver}, coverage {share(f.get('coverage'))}, duplicates {dups}, findings {f.get('findings', 0)}")
+            f"{solver}, coverage {share(f.get('coverage'))}, duplicates {dups}, findings {f.get('findings', 0)}"
+            f"{defects_note(f.get('defects'))}")
+
+
+def defects_note(defects: Any) -> str:
+    """" (shortcut 3, unsolved 2)": how many findings name each defect (docs/proving.md's vocabulary)."""
+    if not isinstance(defects, dict) or not defects:
+        return ""
+    return " (" + ", ".join(f"{name} {count}" for name, count in defects.items()) + ")"
 
 
 def targets_line(record: RunRecord) -> str:
@@ -289,24 +298,73 @@ def spend_note(spend: RunSpend) -> Text | None:
 
 
 def iterations_table(root: Path, record: RunRecord) -> Table:
-    """Each iteration's success rate and the gates' figures ('-': not measured); the targets are
-    ``targets_line``'s, what each iteration missed and its tryout go beneath (``iteration_notes``)."""
+    """Each iteration's success rate and the gates' figures ('-': not measured), as its report.json says now
+    (``as_reported``); the targets are ``targets_line``'s, what each iteration missed and its tryout go beneath
+    (``iteration_notes``)."""
     small = narrow()  # at 80 columns: "iter", and passed/total left to `baton status --json`
     table = new_table("iter" if small else "iteration", "success", *(() if small else ("passed",)), "floor",
                       "mutants", "solvable", "coverage", "dups", "findings", keep=1)
-    for r in record.results:
+    reports = read_reports(root, record)
+    for judged in record.results:
+        r = as_reported(judged, reports.get(judged.iteration))
         f = r.figures
         dups = "-" if f.get("duplicates") is None else str(f["duplicates"])
-        table.add_row(str(r.iteration), share(r.success_rate), *(() if small else (f"{r.passed}/{r.total}",)),
+        damaged = judged.iteration in reports and reports[judged.iteration].problem
+        table.add_row(str(r.iteration), Text("damaged", style="bold red") if damaged else share(r.success_rate),
+                      *(() if small else (f"{r.passed}/{r.total}",)),
                       share(f.get("floor")), share(f.get("mutation_score")), share(f.get("solvable_share")),
                       share(f.get("coverage")), dups, str(f.get("findings", 0)) if f else "-")
     return fit_first(table, 1)
 
 
+def as_reported(result: IterationResult, found: ReportFile | None) -> IterationResult:
+    """An iteration's record with what its report.json says now: the success rate, and the gates' figures when
+    they wrote theirs. A report rewritten after the run judged it is shown, not the run's older copy."""
+    if found is None or found.report is None:
+        return result
+    report = found.report
+    update: dict[str, Any] = {"success_rate": report.success_rate, "passed": report.passed, "total": report.total}
+    if found.quality is not None:
+        update["figures"] = figure_summary(found.quality)
+    return result.model_copy(update=update)
+
+
+def report_notes(name: str, result: IterationResult, found: ReportFile | None) -> list[Text]:
+    """What is to know of an iteration's report.json beside its row: damaged, rewritten since the run judged it,
+    or judged again after ``baton evaluate``."""
+    n, lines = result.iteration, []
+    if found is not None and found.problem:
+        lines.append(Text(f"{found.damage()}; the figures of its row are the run's record. To go on: "
+                          f"{found.remedy(name)}", style="bold red"))
+        return lines
+    again = result.judged_again
+    if again is not None:
+        kept = f"; gates' figures from evaluation run {again.quality_run} (kept by --no-gates)" \
+            if again.quality_run is not None and again.quality_run != again.run else \
+            "; no gates' figures" if again.quality_run is None else ""
+        lines.append(Text(f"iteration {n}: judged again after `baton evaluate` (evaluation run {again.run}, "
+                          f"{again.at}){kept}"))
+    report = found.report if found is not None else None
+    if report is not None and ((report.success_rate, report.passed, report.total)
+                               != (result.success_rate, result.passed, result.total)
+                               or (again is not None and report.run != again.run)):
+        lines.append(Text(f"iteration {n}: report.json (evaluation run {report.run}) is newer than the run's "
+                          f"judgement ({result.success_rate:.0%} in run.json, {report.success_rate:.0%} in the "
+                          f"report): `baton evaluate {name} --iteration {n}` judges it again", style="yellow"))
+    return lines
+
+
+def damaged_reports(root: Path, record: RunRecord | None) -> list[int]:
+    """The iterations whose report.json is damaged."""
+    return [n for n, found in read_reports(root, record).items() if found.problem]
+
+
 def iteration_notes(root: Path, record: RunRecord) -> list[Text]:
     """Under the iterations table: what each iteration missed, gates that did not run, tryouts, the reports."""
     lines: list[Text] = []
+    reports = read_reports(root, record)
     for r in record.results:
+        lines += report_notes(root.name, r, reports.get(r.iteration))
         if r.unmet:
             lines.append(Text(f"iteration {r.iteration} missed: {'; '.join(r.unmet)}", style="yellow"))
         for gate, why in (r.figures.get("skipped") or {}).items():
@@ -315,10 +373,9 @@ def iteration_notes(root: Path, record: RunRecord) -> list[Text]:
             lines.append(Text(f"iteration {r.iteration} solver: {r.figures['solver']}"))
         if tryout := read_tryout(root, r.iteration):
             lines.append(Text(f"iteration {r.iteration} tryout (baton try): {tryout.summary()}"))
-    reports = [Layout(root).outputs(r.iteration) / "report.json" for r in record.results]
-    reports = [path for path in reports if Folder(root).is_file(path)]
-    if reports:
-        lines.append(Text(f"reports: {', '.join(map(str, reports))}", style="dim"))
+    found = [f.path for f in reports.values() if f.state == "ok"]
+    if found:
+        lines.append(Text(f"reports: {', '.join(map(str, found))}", style="dim"))
     return lines
 
 
@@ -351,7 +408,10 @@ def status_report(root: Path) -> None:
     record = snap.record
     if snap.simulated:
         out.print(simulated_banner())
-    out.print(Text.assemble((name, "bold"), f": {where(record)}"))
+    head = Text.assemble((name, "bold"), f": {where(record)}")
+    for n in damaged_reports(root, record):
+        head.append(f"; iteration {n}'s report.json is damaged", style="bold red")
+    out.print(head)
     if record is not None:
         say(Text(f"success rates: {rates(record)}, auto-approve {'on' if record.auto_approve else 'off'}, "
                  f"updated {record.updated_at}"))

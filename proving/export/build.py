@@ -28,6 +28,7 @@ from proving.evaluation import communicate as communicate_module
 from proving.evaluation import compare as compare_module
 from proving.evaluation.models import Report
 from proving.evaluation.quality import Quality
+from proving.evaluation.report_file import ReportFile, read_report
 from proving.evaluation.samples import load_samples
 from proving.export import docker_files
 from proving.export.facts import ScenarioFacts
@@ -120,13 +121,17 @@ def _quality(scenario: Folder, folder: Path) -> dict[str, Any] | None:
 
 
 def choose_iteration(layout: Layout, target: float, asked: int | None) -> tuple[int, Report | None, str | None]:
-    """The asked iteration, or the latest one whose evaluation reached the target."""
-    reports = {n: _report(layout, n) for n in Folder(layout.root).iterations("execution_outputs")}
+    """The asked iteration, or the latest one whose evaluation reached the target. A damaged report.json is
+    said to be damaged (``report_file``), never taken for an iteration that was not evaluated."""
+    found = {n: read_report(layout.root, n) for n in Folder(layout.root).iterations("execution_outputs")}
+    reports = {n: f.report for n, f in found.items()}
     if not reports:
         raise ExportError(f"{layout.root.name} has no iteration yet: run it first (baton run {layout.root.name})")
     if asked is not None:
         if asked not in reports:
-            raise ExportError(f"{layout.root.name} has no iteration {asked}; it has {_listed(reports)}")
+            raise ExportError(f"{layout.root.name} has no iteration {asked}; it has {_listed(found)}")
+        if found[asked].problem:
+            raise ExportError(f"{found[asked].damage()}; {found[asked].remedy(layout.root.name)}")
         report = reports[asked]
         if report is None:
             return asked, None, f"iteration {asked} was never evaluated: its samples may not agree with its tools"
@@ -137,10 +142,11 @@ def choose_iteration(layout: Layout, target: float, asked: int | None) -> tuple[
     passing = [n for n, r in reports.items() if r is not None and r.only is None and r.success_rate >= target]
     if not passing:
         raise ExportError(
-            f"no iteration of {layout.root.name} reached its target of {target:.0%} ({_listed(reports)}); "
+            f"no iteration of {layout.root.name} reached its target of {target:.0%} ({_listed(found)}); "
             "run it on, or export one anyway with --iteration K"
         )
-    return max(passing), reports[max(passing)], None
+    later = [f.damage() for n, f in found.items() if f.problem and n > max(passing)]
+    return max(passing), reports[max(passing)], "; ".join(later) or None
 
 
 def policy_text(layout: Layout, name: str, description: str, data: dict[str, Any]) -> str:
@@ -163,16 +169,10 @@ def policy_text(layout: Layout, name: str, description: str, data: dict[str, Any
     return "\n\n".join(parts) + "\n"
 
 
-def _report(layout: Layout, iteration: int) -> Report | None:
-    try:
-        raw = Folder(layout.root).read_bytes(layout.outputs(iteration) / "report.json", RECORD_BYTES)
-        return Report.model_validate_json(raw)
-    except (OSError, ValueError):  # StoreError is one: a link or FIFO in the report's place is no report
-        return None
-
-
-def _listed(reports: dict[int, Report | None]) -> str:
-    said = [f"iteration {n}: " + (f"{r.success_rate:.0%}" if r else "not evaluated") for n, r in reports.items()]
+def _listed(found: dict[int, ReportFile]) -> str:
+    said = [f"iteration {n}: " + (f"{f.report.success_rate:.0%}" if f.report else
+                                  f"report.json damaged ({f.problem})" if f.problem else "not evaluated")
+            for n, f in found.items()]
     return ", ".join(said) or "none"
 
 
