@@ -87,8 +87,10 @@ def floor(ctx: GateContext) -> GateResult:
         figures[agent] = round(len(passed) / len(ctx.samples), 4) if ctx.samples else 0.0
         for sample in passed:
             layer = "L1" if refusal_recorder is None and changes_nothing(sample) else "L4"
-            detail = why(agent, sample, outcomes[f"{sample['id']}~{agent}"], recorder, refusal_recorder)
-            findings.append(Finding.of("floor", layer, detail, sample=str(sample["id"])))
+            outcome = outcomes[f"{sample['id']}~{agent}"]
+            detail = why(agent, sample, outcome, recorder, refusal_recorder)
+            findings.append(Finding.of("floor", layer, detail, sample=str(sample["id"]), defect="shortcut",
+                                       evidence=f"{agent}: {_calls(outcome)}"))
     return GateResult({"floor": figures}, findings)
 
 

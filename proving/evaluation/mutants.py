@@ -34,6 +34,7 @@ class Mutant:
     actions: list[dict[str, Any]]
     mistake: str  # what was changed, in words
     call: dict[str, Any] | None = None  # the changed or added call (None for a drop)
+    action: str | None = None  # the expected action the mistake is made on, "<n>: tool(...)" (None: an extra call)
 
     def run(self) -> dict[str, Any]:
         return {"id": self.id, "sample": self.sample, "agent": "script", "actions": self.actions}
@@ -73,7 +74,7 @@ def mutants_of(sample: dict[str, Any], samples: list[dict[str, Any]], limit: int
     for i, action in enumerate(actions):
         if changing(action):
             found.append(Mutant(f"{sid}~drop-{i + 1}", sid, actions[:i] + actions[i + 1:],
-                                f"dropping action {i + 1} ({action['tool']})"))
+                                f"dropping action {i + 1} ({action['tool']})", action=f"{i + 1}: {_call(action)}"))
     extra = next((dict(a) for s in others for a in s.get("actions", []) if changing(a) and a not in actions), None)
     if extra is not None:
         found.append(Mutant(f"{sid}~extra", sid, [*actions, extra], f"an extra call {_call(extra)} at the end",
@@ -88,7 +89,7 @@ def mutants_of(sample: dict[str, Any], samples: list[dict[str, Any]], limit: int
             changed = {**action, "args": {**action["args"], key: wrong}}
             found.append(Mutant(f"{sid}~arg-{i + 1}-{key}", sid, actions[:i] + [changed] + actions[i + 1:],
                                 f"changing {key} of action {i + 1} ({action['tool']}) from {value!r} to {wrong!r}",
-                                changed))
+                                changed, action=f"{i + 1}: {_call(action)}"))
     return found[:limit]
 
 
@@ -119,7 +120,8 @@ def mutation(ctx: GateContext) -> GateResult:
     for mutant in everything:
         outcome = outcomes[mutant.id]
         if outcome.passed and not refused_by_the_tool(mutant, outcome):
-            findings.append(Finding.of("mutation", "L4", detail(mutant), sample=mutant.sample))
+            findings.append(Finding.of("mutation", "L4", detail(mutant), sample=mutant.sample, defect="scorer_gap",
+                                       action=mutant.action, evidence=f"the mutant passed: {mutant.mistake}"))
     killed = len(everything) - len(findings)
     return GateResult({"mutation_score": round(killed / len(everything), 4), "mutants": len(everything)}, findings)
 

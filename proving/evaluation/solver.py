@@ -231,7 +231,8 @@ def unsolved(sample: dict[str, Any], failures: list[str], tries: list[list[dict[
     if panel:
         rates = sorted(((p.per_sample.get(str(sample.get("id")), 0.0), p.model) for p in panel), reverse=True)
         detail += "; panel: " + ", ".join(f"{m} {r:.0%}" for r, m in rates)
-    return Finding.of("solver", "L1", detail, sample=str(sample.get("id")))
+    return Finding.of("solver", "L1", detail, sample=str(sample.get("id")), defect="unsolved",
+                      evidence=f"{who}: {where}")
 
 
 register(FunctionGate("solver", _solver))
