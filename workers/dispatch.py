@@ -26,6 +26,7 @@ from workers import loop
 from workers.app import BROKER_ENVS, QUEUES, broker_url, broker_variable, mask_url, url_problem
 from workers.errors import CliError, broker_help
 from workers.exclusion import workers_excluded
+from workers.interrupt import EXIT_INTERRUPTED
 from workers.readmodel import SIMULATED
 from workers.render import Progress, say, summary
 from workers.scenario_lock import ScenarioBusy, scenario_lock, shared_scenario_lock
@@ -88,7 +89,7 @@ def execute(root: Path, move: Move, url: str | None, profile: str | None, follow
         if not run_here(root, move, profile):
             say(Text(f"interrupted: everything finished so far is on disk; continue with `baton resume {root.name}`"))
             summary(root)
-            return 130
+            return EXIT_INTERRUPTED
     else:
         try:
             with shared_scenario_lock(root):  # beside the workers, never beside an embedded run
@@ -100,8 +101,10 @@ def execute(root: Path, move: Move, url: str | None, profile: str | None, follow
                 dispatch_to(url, tasks, profile)
         except ScenarioBusy as busy:
             raise busy_error(busy) from None
-        if not follow or not follow_disk(root):
-            return 0  # not following, or the user stopped following: the workers keep going
+        if not follow:
+            return 0  # the workers go on
+        if not follow_disk(root):
+            return EXIT_INTERRUPTED  # Ctrl-C while following: the workers go on, but this command did not finish
     summary(root)
     return outcome(root)
 
@@ -184,7 +187,8 @@ def follow_disk(root: Path) -> bool:
                              "`baton worker init`, `baton worker execute` and `baton worker compaction`"))
                 time.sleep(POLL_S)
         except KeyboardInterrupt:
-            say(Text(f"stopped following; the workers keep going. Check with `baton status {root.name}`"))
+            say(Text("interrupted: stopped following; the workers keep going. Check with "
+                     f"`baton status {root.name}`"))
             return False
 
 
