@@ -18,7 +18,8 @@ RULE_LINE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\**`?([A-Z][A-Z0-9]*[-_.]?\d+[a
                        re.MULTILINE)
 # Tools that only look (their calls change no state) and tools that record a refusal or an escalation.
 LOOKING = re.compile(r"^(get|list|find|search|lookup|look_up|check|read|view|show|fetch|query|describe)_")
-REFUSING = re.compile(r"refus|deny|denied|declin|reject|escalat")
+# An escalation hands the request on, to a supervisor or a human (tau2-bench's transfer_to_human_agents).
+REFUSING = re.compile(r"refus|deny|denied|declin|reject|escalat|transfer_to|human|hand_?off")
 REFUSAL = re.compile(r"refus|deny|denied|declin|reject")  # of those, the ones that record a refusal, not an escalation
 IDENTIFIER = re.compile(r"^(?=.*\d)[A-Za-z]*[-_]?[A-Za-z0-9-_]*$")  # O1001, C-7, ord_12: names, not words
 FREE_TEXT_KEYS = frozenset({"reason", "note", "notes", "message", "comment", "explanation", "summary", "text"})

@@ -144,7 +144,8 @@ def _load_gates() -> None:
     importing them registers them."""
     import importlib
 
-    for module in ("proving.evaluation.floors", "proving.evaluation.mutants", "proving.evaluation.solver"):
+    for module in ("proving.evaluation.floors", "proving.evaluation.mutants", "proving.evaluation.solver",
+                   "proving.evaluation.gold"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -4,7 +4,7 @@ agent=NAME``), and runs of several of them over the samples in one eval (``-T ru
 - ``model``: the model under test (Inspect's ``generate()``); the task's default. On a conversational sample it
   talks with the simulated user the task names (``conversation.py``).
 - ``refuse_all``: refuses every request. It calls the scenario's tool that records a refusal or an escalation
-  (a name with refus, deny, declin, reject or escalat) once, with arguments taken from the sample, and says
+  (a name with refus, deny, declin, reject, escalat, transfer_to, human or handoff) once, with arguments taken from the sample, and says
   it refuses; with no such tool it only says so.
 - ``reckless``: acts without checking. It calls every tool that changes the data once, with the arguments
   another sample gives it and the ids this sample's request names.
@@ -31,7 +31,8 @@ from .users import SCRIPTED
 # The same patterns as baton's coverage gate (proving/evaluation/coverage.py): tools whose calls only look,
 # and tools that record a refusal or an escalation.
 LOOKING = re.compile(r"^(get|list|find|search|lookup|look_up|check|read|view|show|fetch|query|describe)_")
-REFUSING = re.compile(r"refus|deny|denied|declin|reject|escalat")
+# An escalation hands the request on, to a supervisor or a human (tau2-bench's transfer_to_human_agents).
+REFUSING = re.compile(r"refus|deny|denied|declin|reject|escalat|transfer_to|human|hand_?off")
 REFUSAL = re.compile(r"refus|deny|denied|declin|reject")  # of those, the ones that record a refusal
 REFUSAL_TEXT = "I am sorry, but I cannot do that: the policy does not allow it."
 IDENTIFIER = re.compile(r"^(?=.*\d)[A-Za-z]*[-_]?[A-Za-z0-9-_]*$")  # O1001, C-7: names, not words

@@ -1,0 +1,159 @@
+"""The gold gate (issue 41, item 2): the expected actions themselves are checked, offline and without running any
+generated code. Agreement between the samples and Execute's tools proves consistency only; a gold answer can be
+consistently wrong, and every other gate then faithfully enforces it.
+
+- ``failing_action``: an expected state-changing action the tool answered with an error, however it says so
+  (errors.py): the evaluation's results.jsonl holds each sample's outputs;
+- ``unsupported_value``: a literal of an expected state-changing action that neither the opening, the user's
+  facts, the policy, an earlier call's output nor arithmetic over their numbers gives, or that a record the
+  action refers to contradicts (sources.py);
+- ``contradiction``: two samples whose rule-relevant facts match (the rules they cite and the records their
+  actions refer to, up to renaming of ids) but whose decisions (the state-changing tools they call) differ.
+
+Each is an L4 finding: a sample's gold must change (or, when the policy is what is wrong, Init says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from proving.evaluation.coverage import FREE_TEXT_KEYS, LOOKING, outcome_side
+from proving.evaluation.errors import error_of, failed_at
+from proving.evaluation.gates import FunctionGate, GateContext, GateResult, Unavailable, register
+from proving.evaluation.quality import Finding
+from proving.evaluation.sources import Sources, asked, contradicted, records_of, situation
+from scenarios.folder import RECORD_BYTES, Folder
+from scenarios.store import Layout
+
+SIMILAR = 0.5  # the share of words two requests have in common (ids, numbers left out) to be the same request
+
+
+def call_text(index: int, action: Mapping[str, Any]) -> str:
+    """"2: issue_refund(order_id='O1', amount=20.0)": an action as findings name it (numbered from 1)."""
+    args = action.get("args") or {}
+    return f"{index + 1}: {action.get('tool')}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
+
+
+def changes_state(action: Mapping[str, Any]) -> bool:
+    return not LOOKING.match(str(action.get("tool", "")))
+
+
+def _actions(sample: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [a for a in sample.get("actions") or [] if isinstance(a, dict) and "tool" in a]
+
+
+def failing_actions(sample: Mapping[str, Any], result: Mapping[str, Any] | None) -> list[Finding]:
+    """A finding per expected state-changing action the evaluation saw answered with an error."""
+    if result is None:
+        return []
+    actions, outputs = _actions(sample), result.get("outputs") or []
+    found = []
+    for index, action in enumerate(actions):
+        error = error_of(outputs[index]) if index < len(outputs) else None
+        if error is None and index == len(outputs):
+            error = failed_at(str(result.get("reason") or ""), index)
+        if error is None or not changes_state(action):
+            continue
+        found.append(Finding.of(
+            "gold", "L4", f"expected action {call_text(index, action)} fails: the tool answers it with an error, so "
+            "the gold asks for something the tools (and so the policy they enforce) refuse; correct the action or "
+            "its arguments, or expect the refusal the policy calls for", sample=str(sample.get("id")),
+            defect="failing_action", action=call_text(index, action), evidence=error[:300]))
+        if index >= len(outputs):
+            break
+    return found
+
+
+def unsupported_values(sample: Mapping[str, Any], result: Mapping[str, Any] | None, policy: str,
+                       data: Any) -> list[Finding]:
+    """A finding per literal of an expected state-changing action no source gives, or the data contradicts."""
+    outputs = list((result or {}).get("outputs") or [])
+    sources = Sources.of(sample, policy, data)
+    found = []
+    for index, action in enumerate(_actions(sample)):
+        if index > 0 and index - 1 < len(outputs):
+            sources.add_output(outputs[index - 1])
+        if not changes_state(action):
+            continue
+        args = action.get("args") or {}
+        for path, value in _literals(args):
+            if sources.gives(value):
+                continue
+            found.append(_unsupported(sample, index, action, path, value,
+                                      "neither the opening, the user's facts, the policy nor an earlier call's "
+                                      "output gives it (nor arithmetic over their numbers)"))
+        for path, value, where in contradicted(args, records_of(args, data), sources):
+            found.append(_unsupported(sample, index, action, path, value, f"the data it refers to says otherwise: "
+                                      f"{where}"))
+    return found
+
+
+def _unsupported(sample: Mapping[str, Any], index: int, action: Mapping[str, Any], path: str, value: Any,
+                 why: str) -> Finding:
+    return Finding.of("gold", "L4", f"{path} = {value!r} in expected action {call_text(index, action)}: {why}; "
+                      "an agent cannot know it, or the gold is wrong", sample=str(sample.get("id")),
+                      defect="unsupported_value", action=call_text(index, action), evidence=f"{path} = {value!r}: {why}")
+
+
+def _literals(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(argument path, value) of every literal that must come from somewhere: numbers and short texts, not free
+    text (a reason, a note: the agent's own words) and not booleans."""
+    if isinstance(value, Mapping):
+        return [leaf for key, item in value.items() if str(key).lower() not in FREE_TEXT_KEYS
+                for leaf in _literals(item, f"{path}.{key}" if path else str(key))]
+    if isinstance(value, list):
+        return [leaf for i, item in enumerate(value) for leaf in _literals(item, f"{path}[{i}]")]
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int | float):
+        return [(path, value)]
+    if isinstance(value, str) and value.strip() and len(value) <= 80 and len(value.split()) <= 4:
+        return [(path, value)]
+    return []
+
+
+def contradictions(samples: list[dict[str, Any]], data: Any) -> list[Finding]:
+    """A finding per sample that an earlier one matches in situation (rules cited, records named, up to renaming)
+    and in what the user asks (most of its words), with the opposite decision (one grants, the other refuses)."""
+    earlier: dict[Any, list[tuple[str, str, set[str]]]] = {}
+    found = []
+    for sample in samples:
+        key = situation(sample, data)
+        if key is None:
+            continue
+        sid, side, words = str(sample.get("id")), outcome_side(sample), asked(sample)
+        for other, theirs, their_words in earlier.get(key, []):
+            similar = len(words & their_words) / max(1, len(words | their_words))
+            if theirs != side and similar >= SIMILAR:
+                found.append(Finding.of(
+                    "gold", "L4", f"the same situation as {other} (the same rules cited, records that differ only "
+                    f"in their ids, and the same request in other words) with the opposite decision: {other} "
+                    f"{theirs}, this one {side}; one of the two gold answers is wrong, or the policy depends on "
+                    "something neither records", sample=sid, defect="contradiction",
+                    evidence=f"{other} {theirs}, {sid} {side}; request words in common {similar:.0%}"))
+                break
+        earlier.setdefault(key, []).append((sid, side, words))
+    return found
+
+
+def gold(ctx: GateContext) -> GateResult:
+    folder, layout = Folder(ctx.root), Layout(ctx.root)
+    read = folder.read_jsonl(ctx.out_dir / "results.jsonl", RECORD_BYTES * 4)
+    if not read.records:
+        raise Unavailable("no results.jsonl in the iteration: the evaluation has not run on it")
+    results = {str(r.get("id")): r for r in read.records if isinstance(r, dict)}
+    data = folder.read_json_or_none(ctx.out_dir / "tools" / "data.json", RECORD_BYTES * 4)
+    policy = "\n\n".join(folder.read_text_or(p, "", RECORD_BYTES)
+                         for p in folder.glob(layout.design, "*.md", kinds=("file",)))
+    findings: list[Finding] = []
+    for sample in ctx.samples:
+        result = results.get(str(sample.get("id")))
+        findings += failing_actions(sample, result)
+        findings += unsupported_values(sample, result, policy, data)
+        ctx.sample_done()
+    findings += contradictions(ctx.samples, data)
+    return GateResult({}, findings)
+
+
+register(FunctionGate("gold", gold))
