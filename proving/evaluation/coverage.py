@@ -99,14 +99,23 @@ def shape(sample: Mapping[str, Any]) -> tuple[Any, ...]:
     # A conversation is another task than the same actions asked for at once: the agent must ask for what the
     # user holds back (docs/conversations.md); which facts it holds back is part of its shape, their values are not.
     user = sample.get("user")
-    talk = ("conversation", tuple(sorted(str(n) for n in user.get("withheld") or []))) \
-        if isinstance(user, Mapping) else ()
-    return tuple(sorted(str(r) for r in sample.get("rules") or [])), actions, state, talk
+    talk = ("conversation", tuple(sorted(str(n) for n in user.get("withheld") or [])),
+            tuple(sorted(str(n) for n in user.get("facts") or {}))) if isinstance(user, Mapping) else ()
+    return tuple(sorted(str(r) for r in sample.get("rules") or [])), actions, state, talk, asked_words(sample)
+
+
+def asked_words(sample: Mapping[str, Any]) -> frozenset[str]:
+    """What the user asks, as words (the instruction and the user's goal; ids and numbers left out): a request
+    put in other words is another task (benchmarks rephrase on purpose), a renamed one is not."""
+    user = sample.get("user")
+    goal = str(user.get("goal") or "") if isinstance(user, Mapping) else ""
+    text = re.sub(r"[^\w\s]", " ", f"{sample.get('instruction') or ''} {goal}".lower()).replace("_", " ")
+    return frozenset(word for word in text.split() if not any(c.isdigit() for c in word))
 
 
 def duplicates(samples: Iterable[Mapping[str, Any]]) -> list[Finding]:
     """A finding per sample that repeats an earlier one up to renaming of ids and amounts (same rules, same
-    actions and arguments, same expected state)."""
+    actions and arguments, same expected state, the same request in the same words and the same facts held)."""
     first: dict[tuple[Any, ...], str] = {}
     findings = []
     for sample in samples:
@@ -115,7 +124,7 @@ def duplicates(samples: Iterable[Mapping[str, Any]]) -> list[Finding]:
             findings.append(Finding(gate="duplicate", sample=sid, **{"class": "L4"}, defect="duplicate",
                                     evidence=f"repeats {first[key]}", detail=(
                 f"the same task as {first[key]} up to renaming of ids and amounts (same rules, actions, "
-                "arguments and expected state): it measures nothing new; change what it tests or remove it")))
+                "arguments, expected state and request): it measures nothing new; change what it tests or remove it")))
         else:
             first[key] = sid
     return findings
