@@ -13,6 +13,9 @@ rules live by idea:
   secret-ish names, passwords given to commands, passwords in prose);
 * context.secret_disguises: secrets encoded as base64 or hex, or written
   backwards, judged by the two above once decoded or turned round;
+* context.secret_values: the keys and passwords this process holds, known by
+  their value in any one-step disguise (other encodings, spelled out, spaced,
+  fullwidth, without their prefix), and text spelled out or gzipped;
 * context.secret_words: what they share (the replacement, placeholders,
   words that are no secret).
 
@@ -56,6 +59,8 @@ from context.secret_shapes import (
     redact_shapes,
     shannon_entropy,
 )
+from context.secret_values import holds_known, known_spans, redact_known
+from context.secret_values import register as _register_value
 from context.secret_words import REDACTED, splice
 
 # Short texts come back again and again: a summary carries its key paths and recent results into the next
@@ -87,6 +92,8 @@ def _redact_short(text: str) -> str | None:
 
 
 def _redact(text: str) -> str:
+    # First: a known key or password goes in whatever disguise before a rule below splits what holds it.
+    text = redact_known(text, _redact_plain)
     text = _redact_plain(text)
     for _ in range(3):
         # Last, so that what the plain rules left, decoded or turned round, is judged by them once more.
@@ -117,13 +124,22 @@ def _redact_plain(text: str) -> str:
     return text
 
 
+def register_secret(value: str) -> None:
+    """Redact ``value`` (a key or password this process holds) in any disguise from now on; what was
+    remembered as clean is judged again."""
+    _register_value(value)
+    _redact_short.cache_clear()
+    _REDACTED.forget()
+
+
 def redact_value(obj: Any) -> Any:
     """Redact JSON-like data (task args, payloads, events) recursively.
 
     Strings are redacted as text; a non-empty string under a secret-ish dict key
-    is replaced entirely. Numbers are kept (``{"max_tokens": 4000}``), and dict
-    keys themselves are not redacted. The strings of one list, tuple or dict
-    are also judged joined, in order (``_joined``): a key cut into pieces
+    is replaced entirely. Numbers are kept (``{"max_tokens": 4000}``). Dict keys
+    are redacted as text too (a key used as a dict key), renamed apart where two
+    would become one. The strings of one list, tuple or dict, and the keys of a
+    dict, are also judged joined, in order (``_joined``): a key cut into pieces
     (``["sk-ant-api03-abcd", "efgh..."]``) loses every piece. Returns ``obj``
     itself when nothing changed.
     """
@@ -140,6 +156,12 @@ def redact_value(obj: Any) -> Any:
         joined = _joined([out[key] for key in keys])
         if joined is not None:
             out.update(zip(keys, joined))
+        known = _known_across([obj[key] for key in keys], [out[key] for key in keys])
+        if known is not None:
+            out.update(zip(keys, known))
+        renamed = _renamed_keys(out)
+        if renamed is not None:
+            return renamed
         return out if any(out[key] is not value for key, value in obj.items()) else obj
     if isinstance(obj, (list, tuple)):
         items = [redact_value(v) for v in obj]
@@ -148,10 +170,50 @@ def redact_value(obj: Any) -> Any:
         if joined is not None:
             for i, piece in zip(places, joined):
                 items[i] = piece
+        known = _known_across([obj[i] for i in places], [items[i] for i in places])
+        if known is not None:
+            for i, piece in zip(places, known):
+                items[i] = piece
         if all(a is b for a, b in zip(items, obj)):
             return obj
         return tuple(items) if isinstance(obj, tuple) else items
     return obj
+
+
+def _known_across(pieces: list[Any], current: list[str]) -> list[str] | None:
+    """``current`` (the redacted ``pieces``) with each piece that a known key or password spans, in the
+    pieces as they were joined, replaced whole; None when none does. (Judged on the pieces as they were: a piece
+    redacted alone no longer shows the part of the value it held.)"""
+    if len(pieces) < 2 or not all(isinstance(p, str) for p in pieces) or not holds_known(text := "".join(pieces)):
+        return None
+    starts = [0]
+    for piece in pieces:
+        starts.append(starts[-1] + len(piece))
+    spans = known_spans(text)
+    return [REDACTED if any(starts[i] < b and starts[i + 1] > a for a, b in spans) else piece
+            for i, piece in enumerate(current)]
+
+
+def _renamed_keys(out: dict[Any, Any]) -> dict[Any, Any] | None:
+    """``out`` with its string keys redacted, alone and joined (None when none changes); keys that would be
+    the same after it are told apart by a number."""
+    names = [key for key in out if isinstance(key, str) and key]
+    redacted = [redact(key) for key in names]
+    joined = _joined(redacted)
+    if joined is not None:
+        redacted = joined
+    redacted = _known_across(names, redacted) or redacted
+    if all(a == b for a, b in zip(names, redacted)):
+        return None
+    new = dict(zip(names, redacted))
+    result: dict[Any, Any] = {}
+    for key, value in out.items():
+        name, n = new.get(key, key), 1
+        while name in result:
+            n += 1
+            name = f"{new.get(key, key)} ({n})"
+        result[name] = value
+    return result
 
 
 # Characters of keys and of the URLs and NAME=value lines around them: where a string ends with some and the
@@ -199,14 +261,27 @@ def _joined(pieces: list[str]) -> list[str] | None:
                 if redacted != window:
                     marks.append(_changed(window, redacted, begin))
         i = j
+    if holds_known(text):  # a key or password of this process's, cut across pieces (each alone is clean)
+        marks += known_spans(text)
     if not marks:
         return None
+    marks = _merged(marks)
     out = []
     for piece, start in zip(pieces, starts):
         spans = [(max(a, start) - start, min(b, start + len(piece)) - start, REDACTED)
                  for a, b in marks if a < start + len(piece) and b > start]
         out.append(splice(piece, spans) if spans else piece)
     return out
+
+
+def _merged(marks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(marks):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _changed(before: str, after: str, offset: int) -> tuple[int, int]:
