@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from proving import startup
 from proving.export.tryout import eval_export
 from tests.export_support import baton
 from tests.shared_runs import SharedRun
@@ -80,66 +81,40 @@ def exported(talking: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def agent_under_test(first: str = ASK) -> Any:
-    """Inspect's mock as the model under test: until the user has said O1001 it says ``first``; then it looks the
-    order up, refunds it and says so."""
-    from inspect_ai.model import ChatMessageTool, ChatMessageUser, ModelOutput, get_model
+    """The model under test: until the user has said O1001 it says ``first``; then it looks the order up, refunds
+    it and says so (tests/inspect_models.py ``asking``: it runs in Inspect's own process)."""
+    from tests.inspect_models import spec
 
-    def reply(messages: list[Any], tools: list[Any], tool_choice: Any, config: Any) -> ModelOutput:
-        if not any(isinstance(m, ChatMessageUser) and "O1001" in m.text for m in messages):
-            return ModelOutput.from_content("mockllm/model", first)
-        made = sum(isinstance(m, ChatMessageTool) for m in messages)
-        calls = [("get_order", {"order_id": "O1001"}),
-                 ("issue_refund", {"order_id": "O1001", "amount": 89.0, "reason": "within 30 days"})]
-        if made < len(calls):
-            return ModelOutput.for_tool_call("mockllm/model", *calls[made])
-        return ModelOutput.from_content("mockllm/model", DONE)
+    return spec("asking/model", first=first, done=DONE)
 
-    return get_model("mockllm/model", custom_outputs=reply)
+
+PROVIDERS = "tests.inspect_models"  # BATON_INSPECT_PROVIDERS: Inspect's process registers the users' providers
 
 
 def leaky_user_provider() -> str:
-    """An Inspect model provider playing a user that volunteers the order id it must hold back; its model string."""
-    from inspect_ai.model import GenerateConfig, ModelAPI, ModelOutput, modelapi
-
-    class LeakyUser(ModelAPI):
-        def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
-                     config: GenerateConfig = GenerateConfig(), **model_args: Any) -> None:
-            super().__init__(model_name, base_url, api_key, [], config)
-
-        async def generate(self, input: list[Any], tools: list[Any], tool_choice: Any,
-                           config: GenerateConfig) -> ModelOutput:
-            heard = input[-1].text  # the agent's last words, as the user hears them
-            said = "Lovely, thank you! ###STOP###" if "refunded" in heard else "Oh, and my order is O1001."
-            return ModelOutput.from_content(self.model_name, said)
-
-    modelapi(name="leaky_user")(lambda: LeakyUser)
+    """A user model that volunteers the order id it must hold back (tests/inspect_models.py); its model string."""
     return "leaky_user/ana"
 
 
 def stubborn_user_provider() -> str:
     """A user model that will not give its order id, asked or not, and gives up; its model string."""
-    from inspect_ai.model import GenerateConfig, ModelAPI, ModelOutput, modelapi
-
-    class StubbornUser(ModelAPI):
-        def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
-                     config: GenerateConfig = GenerateConfig(), **model_args: Any) -> None:
-            super().__init__(model_name, base_url, api_key, [], config)
-
-        async def generate(self, input: list[Any], tools: list[Any], tool_choice: Any,
-                           config: GenerateConfig) -> ModelOutput:
-            return ModelOutput.from_content(self.model_name, "I'd rather not say. Never mind then. ###STOP###")
-
-    modelapi(name="stubborn_user")(lambda: StubbornUser)
     return "stubborn_user/ana"
 
 
+def whole(log: Any) -> Any:
+    """Inspect's own log of an eval_export (which returns what baton reads of it), from where baton moved it."""
+    from inspect_ai.log import read_eval_log
+
+    return read_eval_log(log.location)
+
+
 def by_id(log: Any) -> dict[str, Any]:
-    return {str(s.id): s for s in log.samples}
+    return {str(s.id): s for s in whole(log).samples}
 
 
 def metrics(log: Any) -> dict[str, float]:
     """Every metric of the log by name: Inspect keeps the per-trial ("unreduced") ones in an entry of their own."""
-    return {name: m.value for entry in log.results.scores for name, m in entry.metrics.items()}
+    return {name: m.value for entry in whole(log).results.scores for name, m in entry.metrics.items()}
 
 
 def said(sample: Any) -> list[tuple[str, str]]:
@@ -251,7 +226,8 @@ def test_baton_try_runs_a_conversational_sample_and_keeps_the_simulator_s_faults
 
 
 def test_baton_try_takes_the_user_simulator_by_its_option(talking: Path) -> None:
-    result = baton(talking.parent, "try", "refund_desk", "--epochs", "1", "--user", leaky_user_provider())
+    result = baton(talking.parent, "try", "refund_desk", "--epochs", "1", "--user", leaky_user_provider(),
+                   BATON_INSPECT_PROVIDERS=PROVIDERS)
     assert result.exit_code == 0, result.output
     tryout = json.loads((talking / "execution_outputs" / "iteration_2" / "tryout.json").read_text())
     assert tryout["user"] != "scripted" and tryout["simulator_faults"] == 1
@@ -262,7 +238,8 @@ def test_a_tryout_with_a_user_model_counts_its_faults_apart_from_the_agent_s_tri
     from proving.export.tryout import run_tryout
 
     # Inspect's mock never asks for anything, and the leaky user volunteers the order id at its first reply.
-    tryout = run_tryout(talking, scenario_facts(talking), "mockllm/model", 2, user=leaky_user_provider())
+    with startup.started_with({"BATON_INSPECT_PROVIDERS": PROVIDERS}):
+        tryout = run_tryout(talking, scenario_facts(talking), "mockllm/model", 2, user=leaky_user_provider())
     talk = next(s for s in tryout.samples if s.id == CONVERSATION["id"])
     assert talk.trials == 0 and talk.pass_hat == {} and len(talk.simulator_faults) == 2
     assert all(f.startswith("leaked order_id ('O1001') in the user's turn 2") for f in talk.simulator_faults)
@@ -280,7 +257,7 @@ def test_a_user_model_inspect_cannot_make_stops_the_tryout_saying_it_is_the_user
     from proving.export.tryout import TryoutError, run_tryout
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    with pytest.raises(TryoutError) as caught:
+    with pytest.raises(TryoutError) as caught, startup.started_with({"ANTHROPIC_API_KEY": None}):
         run_tryout(talking, scenario_facts(talking), "mockllm/model", 1, user="anthropic/claude-sonnet-4-5")
     said = str(caught.value)
     assert said.startswith("Inspect cannot use the user simulator anthropic/claude-sonnet-4-5 (-T user=): ")

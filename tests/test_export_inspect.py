@@ -53,19 +53,19 @@ def samples(export: Path) -> list[dict[str, Any]]:
     return json.loads((export / "scenario.json").read_text())["samples"]
 
 
-def scripted(script: Script):  # noqa: ANN201 - mockllm's callable
-    """A mock model that makes the sample's calls one per turn, then answers in text."""
-    from inspect_ai.model import ChatMessageTool, ChatMessageUser, ModelOutput, get_model
+def scripted(script: Script) -> Any:
+    """A model that makes the sample's calls one per turn, then answers in text (tests/inspect_models.py: it runs
+    in Inspect's own process)."""
+    from tests.inspect_models import spec
 
-    def reply(messages: list[Any], tools: list[Any], tool_choice: Any, config: Any) -> ModelOutput:
-        instruction = next(m for m in messages if isinstance(m, ChatMessageUser)).text
-        done = sum(isinstance(m, ChatMessageTool) for m in messages)
-        calls = script[instruction]
-        if done < len(calls):
-            return ModelOutput.for_tool_call("mockllm/model", calls[done]["tool"], calls[done]["args"])
-        return ModelOutput.from_content("mockllm/model", "Done.")
+    return spec("scripted/model", script=script)
 
-    return get_model("mockllm/model", custom_outputs=reply)
+
+def whole(log: Any) -> Any:
+    """Inspect's own log of an eval_export, for its events and errors (tests/inspect_models.py)."""
+    from tests.inspect_models import whole as read
+
+    return read(log)
 
 
 def read_log(path: Path) -> Any:
@@ -85,7 +85,7 @@ def test_the_expected_calls_score_1_on_every_sample_in_every_epoch(exported: Pat
     script = {s["instruction"]: [{"tool": a["tool"], "args": {k: ("in my own words" if k in ("reason", "note") else v)
                                                              for k, v in a["args"].items()}}
                                  for a in s["actions"]] for s in samples(exported)}
-    log = eval_export(exported, scripted(script), 2, tmp_path / "logs")
+    log = whole(eval_export(exported, scripted(script), 2, tmp_path / "logs"))
     got = scores(log)
     assert len(got) == 20
     assert {key: score.value for key, score in got.items() if score.value != 1.0} == {}
@@ -101,7 +101,7 @@ def test_a_wrong_call_scores_0_and_the_explanation_says_why(exported: Path, tmp_
     script[refused["instruction"]] = [{"tool": "get_order", "args": {"order_id": "O1002"}},
                                       {"tool": "issue_refund", "args": {"order_id": "O1002", "amount": 59.0,
                                                                          "reason": "happy to help"}}]
-    log = eval_export(exported, scripted(script), 1, tmp_path / "logs")
+    log = whole(eval_export(exported, scripted(script), 1, tmp_path / "logs"))
     score = scores(log)[("s02_final_sale_refused", 1)]
     assert score.value == 0.0
     assert "failed after 2 tool call(s)" in score.explanation
@@ -124,7 +124,7 @@ def test_bad_arguments_and_a_crashing_tool_reach_the_model_and_every_sample_is_s
     (export / "scenario.json").write_text(json.dumps(spec))
     script = {s["instruction"]: [{"tool": "get_order", "args": {"order": "O1001"}},
                                  {"tool": "explode", "args": {"order_id": "O1001"}}] for s in samples(export)}
-    log = eval_export(export, scripted(script), 1, tmp_path / "logs")
+    log = whole(eval_export(export, scripted(script), 1, tmp_path / "logs"))
     errors = [m.error.message for m in log.samples[0].messages if m.role == "tool"]
     assert "'order_id' is a required property" in errors[0]  # the exported schema, enforced by Inspect
     assert errors[1].startswith("tool explode raised RuntimeError: the warehouse is on fire")

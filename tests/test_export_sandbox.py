@@ -340,8 +340,8 @@ def test_every_tool_call_and_the_judgement_run_through_inspect_s_sandbox(exporte
 
     export = hostile(exported, tmp_path, "Look up an order.",
                      [{"tool": "get_order", "args": {"order_id": "O1001"}}])
-    log = eval_export(export, scripted_model([{"tool": "get_order", "args": {"order_id": "O1001"}},
-                                              {"tool": "environment", "args": {}}]), 1, tmp_path / "logs")
+    log = whole(eval_export(export, scripted_model([{"tool": "get_order", "args": {"order_id": "O1001"}},
+                                              {"tool": "environment", "args": {}}]), 1, tmp_path / "logs"))
     assert log.eval.sandbox.type == "baton_bwrap"  # the task declares it; `--sandbox docker` replaces it
     execs = [e for e in log.samples[0].events if e.event == "sandbox" and e.action == "exec" and "box.py" in e.cmd]
     assert [e.cmd for e in execs] == ["python3 -I -B /export/baton_runtime/box.py"] * 3  # 2 calls, 1 judgement
@@ -360,7 +360,7 @@ def test_a_call_that_fills_its_disk_fails_with_a_clear_error_and_the_next_one_wo
 
     export = hostile(exported, tmp_path, "Fill the disk.", [{"tool": "get_order", "args": {"order_id": "O1001"}}])
     calls = [{"tool": "fill", "args": {"megabytes": 400}}, {"tool": "get_order", "args": {"order_id": "O1001"}}]
-    log = eval_export(export, scripted_model(calls), 1, tmp_path / "logs")
+    log = whole(eval_export(export, scripted_model(calls), 1, tmp_path / "logs"))
     filled, looked = tool_messages(log)
     assert filled.error is not None, filled.text  # 400 MB do not fit: the call's writable space is bounded
     assert "writable space" in filled.error.message and "MB" in filled.error.message, filled.error.message
@@ -413,16 +413,20 @@ def test_the_provider_s_exec_is_bounded_and_ends_what_it_started(exported: Path,
 
 
 @pytest.fixture(params=["missing", "refused"])
-def no_bwrap(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def no_bwrap(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """BATON_EXPORT_BWRAP names the bwrap to use: one that is not there, or one that cannot make namespaces."""
+    from proving import startup
+
     if request.param == "missing":
-        monkeypatch.setenv("BATON_EXPORT_BWRAP", str(tmp_path / "no-such-bwrap"))
-        return "not found"
-    fake = tmp_path / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("BATON_EXPORT_BWRAP", str(fake))
-    return "No permissions to create a new namespace"
+        named, said = str(tmp_path / "no-such-bwrap"), "not found"
+    else:
+        fake = tmp_path / "bwrap"
+        fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+        fake.chmod(0o755)
+        named, said = str(fake), "No permissions to create a new namespace"
+    monkeypatch.setenv("BATON_EXPORT_BWRAP", named)  # for the export's sandbox in this process
+    with startup.started_with({"BATON_EXPORT_BWRAP": named}):  # as the operator set it: handed to Inspect's process
+        yield said
 
 
 @pytest.mark.slow  # a whole run of the exported task by Inspect (one sample)
@@ -434,7 +438,7 @@ def test_without_a_sandbox_a_call_still_has_an_empty_environment_and_the_run_say
     export = hostile(exported, tmp_path, "Look around.", [{"tool": "get_order", "args": {"order_id": "O1001"}}])
     calls = [{"tool": "environment", "args": {}}, {"tool": "background", "args": {"marker": marker}},
              {"tool": "get_order", "args": {"order_id": "O1001"}}]
-    log = eval_export(export, scripted_model(calls), 1, tmp_path / "logs")
+    log = whole(eval_export(export, scripted_model(calls), 1, tmp_path / "logs"))
     names = json.loads(tool_messages(log)[0].text)["names"]
     assert "ANTHROPIC_API_KEY" not in names and set(names) <= {"PATH", "LANG", "HOME", "TMPDIR"}, names
     assert gone(marker, within_s=5)  # its own process group, killed after the call
@@ -487,12 +491,19 @@ def test_the_export_carries_a_docker_sandbox_with_the_same_bounds_and_says_where
 # ---- helpers that need Inspect ---------------------------------------------------------------------------
 
 
-def scripted_model(calls: list[dict[str, Any]]) -> Any:
-    """Inspect's mock model, making ``calls`` one per turn, then answering in text."""
-    from inspect_ai.model import ModelOutput, get_model
+def whole(log: Any) -> Any:
+    """Inspect's own log of an eval_export, for its events and errors (tests/inspect_models.py)."""
+    from tests.inspect_models import whole as read
 
-    outputs = [ModelOutput.for_tool_call("mockllm/model", c["tool"], c["args"]) for c in calls]
-    return get_model("mockllm/model", custom_outputs=outputs + [ModelOutput.from_content("mockllm/model", "Done.")])
+    return read(log)
+
+
+def scripted_model(calls: list[dict[str, Any]]) -> Any:
+    """A model making ``calls`` one per turn, then answering in text (tests/inspect_models.py: it runs in
+    Inspect's own process)."""
+    from tests.inspect_models import spec
+
+    return spec("scripted/model", calls=calls)
 
 
 def runtime_module(export: Path, name: str) -> Any:

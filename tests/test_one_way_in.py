@@ -69,7 +69,9 @@ ALLOWED = {
                                           "checkers/ are copied with Folder.copy_tree)",
     ("proving/export/build.py", "_is_export"): "the export's own folder, where the person asked",
     ("proving/export/docker_files.py", "*"): "files of the export's own folder",
-    ("proving/export/tryout.py", "eval_export"): "Inspect's log folder beside the export",
+    ("proving/export/inspect_child.py", "*"): "Inspect's own temporary folder (the task copied in and its logs "
+                                            "moved out with Folder)",
+    ("proving/export/inspect_child_main.py", "*"): "runs in Inspect's process, in its own temporary folder",
     ("agents/tools/bash_copy.py", "*"): "Bash's own seed and result folders (the scenario read and written "
                                         "with Folder)",
     ("agents/tools/bash.py", "*"): "Bash's own temporary folders (the scenario read and written with Folder)",

@@ -193,6 +193,7 @@ def double(tmp_path: Path) -> Iterator[str]:
 @pytest.mark.xdist_group("inspect_ai_conversation")
 def test_through_the_double_any_anthropic_model_plays_the_user(exported: Path, tmp_path: Path, double: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from proving import startup
     from proving.evaluation.solver import inspect_model
     from proving.export.tryout import eval_export
 
@@ -201,7 +202,8 @@ def test_through_the_double_any_anthropic_model_plays_the_user(exported: Path, t
     model = "anthropic/claude-sonnet-5-5"
     # The model under test is the same model through the double (the blind solver plays it), unstreamed as the
     # solver gate asks for it; the user's model is the bare string, as `-T user=` gives it.
-    log = eval_export(exported, inspect_model(model), 1, tmp_path / "logs", {"user": model})
+    with startup.started_with({"ANTHROPIC_BASE_URL": double, "ANTHROPIC_API_KEY": "sk-test"}):  # Inspect's env
+        log = eval_export(exported, inspect_model(model), 1, tmp_path / "logs", {"user": model})
     talk = by_id(log)[CONVERSATION["id"]]
     users = user_turns(talk)
     assert users and all(text.startswith(f"{LABEL} ") for text in users), users

@@ -34,6 +34,7 @@ from agents.agent import assembler_for
 from agents.config import AgentConfig
 from agents.conventions import FILE
 from agents.disk import AgentDisk
+from proving import startup
 from proving.priority import lower_priority
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.run import RunRecord, add_shipped_example, copy_scenario, load_run, shipped_example
@@ -42,7 +43,6 @@ from workers import evaluate_command, export_commands, gc_pauses, import_command
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
-from workers.interrupt import EXIT_INTERRUPTED, end_interrupted, say_interrupted
 from workers.overview import status_overview
 from workers.readmodel import context_json, first_request, read_agent, reading_config, scenario_roots, status_json
 from workers.rebuild import rebuild_and_show
@@ -61,23 +61,13 @@ class HoistingGroup(TyperGroup):
     in front of the command, where the group's own option parses it."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, hoist(args, SCENARIOS_DIR_OPTION))
-        except KeyboardInterrupt:
-            raise interrupted() from None
+        return super().parse_args(ctx, hoist(args, SCENARIOS_DIR_OPTION))
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:  # Ctrl-C exits 130 by convention, saying so in one line (no "Aborted!")
-            raise interrupted() from None
-
-
-def interrupted() -> typer.Exit:
-    """Ctrl-C inside a command: one line, then exit 130 the ordinary way (what the command was doing has
-    unwound, its files closed); ``baton run`` says more and exits 130 itself (workers.dispatch)."""
-    say_interrupted()
-    return typer.Exit(EXIT_INTERRUPTED)
+        except KeyboardInterrupt:  # click would print "Aborted!" and exit 1; Ctrl-C exits 130 by convention
+            raise typer.Exit(130) from None
 
 
 def hoist(args: list[str], option: str) -> list[str]:
@@ -136,6 +126,7 @@ def options(
                                           help="print baton's version and exit")] = False,
 ) -> None:
     configure_logging(log_level or ("DEBUG" if verbose > 1 else "INFO" if verbose else "WARNING"))
+    startup.fix()  # settings are this start's environment: nothing read later (a .env) changes them (SPEC §8)
     # Exported so the loop (and any worker started from here) resolves the same folder.
     chosen = scenarios_dir or Path(os.environ.get(loop.SCENARIOS_ENV) or "scenarios")
     os.environ[loop.SCENARIOS_ENV] = str(chosen.resolve())
@@ -535,7 +526,4 @@ import_command.register(cli, PlainUsage)
 
 def main() -> None:
     """The ``baton`` entry point."""
-    try:
-        cli()
-    except KeyboardInterrupt:  # before or after a command (building the click app, its exit)
-        end_interrupted()
+    cli()

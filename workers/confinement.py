@@ -3,7 +3,6 @@ off (BATON_EVAL_SANDBOX=none, ``bash_sandbox = "none"``), and status says so eve
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,13 +10,14 @@ from pathlib import Path
 from agents.config import ConfigError
 from agents.settings_layers import resolve_agents
 from proving.sandbox.policy import EVAL_SANDBOX_ENV, evaluation_sandbox
+from proving.startup import fixed
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import StoreError
 
 
 def unconfined(root: Path, env: Mapping[str, str] | None = None) -> list[str]:
     """One short note per thing that runs, or ran, a model's code outside the sandbox."""
-    env = os.environ if env is None else env
+    env = fixed().environ if env is None else env  # as the process started: what its evaluations do
     notes = []
     try:
         if evaluation_sandbox(env) == "none":

@@ -1,7 +1,8 @@
 """``baton try NAME``: a model under test on the exported scenario, through Inspect AI.
 
-It exports the iteration into ``execution_outputs/iteration_<n>/inspect_task/``, runs
-``inspect_ai.eval`` on it (logs in ``inspect_logs/`` beside it, for ``inspect view``)
+It exports the iteration into ``execution_outputs/iteration_<n>/inspect_task/``, runs Inspect on it in
+a process of its own (proving/export/inspect_child.py; its log moved, redacted, into ``inspect_logs/`` beside
+the export, for ``inspect view``)
 and writes ``tryout.json``: per sample the trials, the passes, the pass rate and
 pass^k, the chance that k trials in a row all pass (estimated from n trials with c
 passes as C(c, k) / C(n, k), as tau-bench does); overall, their means. This is how a
@@ -10,7 +11,6 @@ user learns whether the scenario is hard enough for the model it is meant to tes
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import time
@@ -26,7 +26,7 @@ from proving.export.build import ExportError, choose_iteration, export_inspect
 from proving.export.facts import ScenarioFacts
 from proving.export.runtime.users import SIMULATOR
 from scenarios.folder import RECORD_BYTES, Folder
-from scenarios.store import Layout
+from scenarios.store import Layout, StoreError
 
 MOCK_MODEL = "mockllm/model"
 MOCK_NOTE = ("no model under test was named and no ANTHROPIC_API_KEY is set, so this tried Inspect's "
@@ -145,26 +145,26 @@ def run_tryout(root: Path, facts: ScenarioFacts, model: str | None = None, epoch
 
 
 def eval_export(task_dir: Path, model: Any, epochs: int, log_dir: Path, task_args: dict[str, Any] | None = None) -> Any:
-    """Run an exported task with Inspect (``task_args``: its -T parameters); its EvalLog (TryoutError if Inspect
-    could not)."""
-    try:
-        import inspect_ai
-    except ImportError:
-        raise TryoutError(NO_INSPECT) from None
-    # From the task's folder: this Inspect resolves a task file by a glob, which takes relative paths only.
-    from inspect_ai._util.error import PrerequisiteError
+    """Run an exported task with Inspect (``task_args``: its -T parameters) in Inspect's own process
+    (proving/export/inspect_child.py); the summary of its EvalLog, whose log is moved into ``log_dir`` redacted
+    (TryoutError if Inspect could not run it, or the log cannot go there)."""
+    if importlib.util.find_spec("inspect_ai") is None:
+        raise TryoutError(NO_INSPECT)
+    from proving.export.inspect_child import ChildError, Prerequisite, run_eval
 
     try:
-        with contextlib.chdir(task_dir):
-            (log,) = inspect_ai.eval("task.py", model=model, epochs=epochs, log_dir=str(log_dir.resolve()),
-                                     display="none", task_args=task_args or {})
-    except PrerequisiteError as exc:  # e.g. anthropic/... without ANTHROPIC_API_KEY: the user can fix it
-        missing = plain(str(getattr(exc, "message", exc)))
+        log = run_eval(task_dir, model, epochs, log_dir, task_args)
+    except Prerequisite as exc:  # e.g. anthropic/... without ANTHROPIC_API_KEY: the user can fix it
+        missing = plain(str(exc))
         if missing.startswith(SIMULATOR):  # the model playing a conversation's user, not the one under test
             raise TryoutError(f"Inspect cannot use {missing}. Set what it names, or leave out the user setting "
                               "to use the scripted user") from None
         raise TryoutError(f"Inspect cannot use the model {model}: {missing}. Set what it names, or leave "
                           f"out --model to try Inspect's offline mock ({MOCK_MODEL})") from None
+    except ChildError as exc:
+        raise TryoutError(str(exc)) from None
+    except StoreError as exc:  # a link (or a file) where the log folder should be: nothing written through it
+        raise TryoutError(f"Inspect's log cannot be kept in {log_dir}: {exc}") from None
     if log.status != "success" or not log.samples:
         error = log.error.message if log.error else f"status {log.status}"
         raise TryoutError(f"Inspect could not run the task with {model}: {error} (log: {log.location})")

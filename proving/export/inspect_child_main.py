@@ -1,0 +1,92 @@
+"""Inspect AI's own process: ``python -I inspect_child_main.py JOB`` (proving/export/inspect_child.py starts it).
+
+The one place baton calls ``inspect_ai.eval``. It runs in a process baton built: an environment baton listed,
+a working directory baton owns (a copy of the task, outside every scenario folder), its process group killed
+afterwards. Before Inspect starts, its ``.env`` loading is turned off twice over: ``PYTHON_DOTENV_DISABLED`` in
+the environment (python-dotenv's own switch) and Inspect's ``init_dotenv`` replaced here, which would otherwise
+look for a ``.env`` from the working directory upwards and load every variable in it (issue 39).
+
+The job (JSON): the task file, the model (a string, with its config and arguments), the modules that register
+model providers, the epochs, the task's arguments, the folder for the log. The answer, written to the job's
+``result`` path: a compact summary of the log (what baton's callers read of it, proving/export/inspect_child.py
+``Run``), or the prerequisite Inspect named as missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def no_dotenv() -> None:
+    """Inspect's start-up calls ``init_dotenv`` by the names its modules imported: each is replaced."""
+    import inspect_ai._eval.context as context
+    import inspect_ai._eval.evalset as evalset
+    import inspect_ai._util.dotenv as dotenv
+
+    def refused() -> None:
+        return None
+
+    for module in (dotenv, context, evalset):
+        if hasattr(module, "init_dotenv"):
+            module.init_dotenv = refused
+
+
+def model_of(spec: dict[str, Any]) -> Any:
+    if not spec.get("config") and not spec.get("args"):
+        return spec["name"]
+    from inspect_ai.model import GenerateConfig, get_model
+
+    return get_model(spec["name"], config=GenerateConfig(**spec.get("config") or {}), **(spec.get("args") or {}))
+
+
+def text_of(message: Any) -> str:
+    try:
+        return str(message.text or "")
+    except (AttributeError, TypeError, ValueError):
+        return ""
+
+
+def sample_of(sample: Any) -> dict[str, Any]:
+    return {
+        "id": sample.id, "epoch": sample.epoch, "metadata": sample.metadata or {}, "store": sample.store or {},
+        "scores": {name: {"value": s.value, "explanation": s.explanation, "metadata": s.metadata or {}}
+                   for name, s in (sample.scores or {}).items()},
+        "messages": [{"role": m.role, "text": text_of(m),
+                      "tool_calls": [{"function": c.function, "arguments": c.arguments}
+                                     for c in (getattr(m, "tool_calls", None) or [])]}
+                     for m in sample.messages or []],
+    }
+
+
+def summary_of(log: Any) -> dict[str, Any]:
+    usage = {name: u.model_dump(exclude_none=True) for name, u in (log.stats.model_usage or {}).items()}
+    return {"status": log.status, "location": str(log.location),
+            "error": {"message": str(log.error.message)} if log.error else None,
+            "model_usage": usage, "samples": [sample_of(s) for s in log.samples or []]}
+
+
+def main(job_path: str) -> int:
+    job = json.loads(Path(job_path).read_text(encoding="utf-8"))
+    sys.path[:0] = job.get("paths") or []
+    no_dotenv()
+    for name in job.get("modules") or []:
+        importlib.import_module(name)  # providers registered in this process (baton/simulated has an entry point)
+    import inspect_ai
+    from inspect_ai._util.error import PrerequisiteError
+
+    try:
+        (log,) = inspect_ai.eval(job["task"], model=model_of(job["model"]), epochs=job["epochs"],
+                                 log_dir=job["log_dir"], display="none", task_args=job.get("task_args") or {})
+        answer: dict[str, Any] = {"log": summary_of(log)}
+    except PrerequisiteError as exc:  # e.g. anthropic/... without ANTHROPIC_API_KEY: the caller says what to set
+        answer = {"prerequisite": str(getattr(exc, "message", exc))}
+    Path(job["result"]).write_text(json.dumps(answer, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
