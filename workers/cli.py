@@ -43,6 +43,7 @@ from workers import evaluate_command, export_commands, gc_pauses, import_command
 from workers.app import QUEUES, broker_url
 from workers.dispatch import check_broker, choose_mode, execute
 from workers.errors import CliError, guarded
+from workers.interrupt import EXIT_INTERRUPTED, end_interrupted, say_interrupted
 from workers.overview import status_overview
 from workers.readmodel import context_json, first_request, read_agent, reading_config, scenario_roots, status_json
 from workers.rebuild import rebuild_and_show
@@ -61,13 +62,23 @@ class HoistingGroup(TyperGroup):
     in front of the command, where the group's own option parses it."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, hoist(args, SCENARIOS_DIR_OPTION))
+        try:
+            return super().parse_args(ctx, hoist(args, SCENARIOS_DIR_OPTION))
+        except KeyboardInterrupt:
+            raise interrupted() from None
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:  # click would print "Aborted!" and exit 1; Ctrl-C exits 130 by convention
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt:  # Ctrl-C exits 130 by convention, saying so in one line (no "Aborted!")
+            raise interrupted() from None
+
+
+def interrupted() -> typer.Exit:
+    """Ctrl-C inside a command: one line, then exit 130 the ordinary way (what the command was doing has
+    unwound, its files closed); ``baton run`` says more and exits 130 itself (workers.dispatch)."""
+    say_interrupted()
+    return typer.Exit(EXIT_INTERRUPTED)
 
 
 def hoist(args: list[str], option: str) -> list[str]:
@@ -526,4 +537,7 @@ import_command.register(cli, PlainUsage)
 
 def main() -> None:
     """The ``baton`` entry point."""
-    cli()
+    try:
+        cli()
+    except KeyboardInterrupt:  # before or after a command (building the click app, its exit)
+        end_interrupted()
