@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from proving.evaluation.coverage import IDENTIFIER, LOOKING
+from proving.evaluation.errors import refused
 from proving.evaluation.exported import RunOutcome
 from proving.evaluation.gate_harness import run_agents
 from proving.evaluation.gates import FunctionGate, GateContext, GateResult, register
+from proving.evaluation.purity import pure_tools
 from proving.evaluation.quality import Finding
 
 FRACTION = 0.9  # a changed number: 10% less (a partial refund for a full one, say)
@@ -40,8 +42,10 @@ class Mutant:
         return {"id": self.id, "sample": self.sample, "agent": "script", "actions": self.actions}
 
 
-def changing(action: dict[str, Any]) -> bool:
-    return not LOOKING.match(str(action.get("tool", "")))
+def changing(action: dict[str, Any], pure: frozenset[str] = frozenset()) -> bool:
+    """Whether the action may change the state: not a lookup, nor a pure tool's (purity.py)."""
+    tool = str(action.get("tool", ""))
+    return not LOOKING.match(tool) and tool not in pure
 
 
 def _call(action: dict[str, Any]) -> str:
@@ -60,7 +64,8 @@ def wrong_value(name: str, value: Any, others: dict[str, list[Any]]) -> Any:
     return None  # free text: the scorer rightly accepts other words
 
 
-def mutants_of(sample: dict[str, Any], samples: list[dict[str, Any]], limit: int) -> list[Mutant]:
+def mutants_of(sample: dict[str, Any], samples: list[dict[str, Any]], limit: int,
+               pure: frozenset[str] = frozenset()) -> list[Mutant]:
     sid = str(sample["id"])
     actions = [dict(a) for a in sample.get("actions", []) if isinstance(a, dict) and "tool" in a]
     index = next((i for i, s in enumerate(samples) if s.get("id") == sample.get("id")), 0)
@@ -72,15 +77,16 @@ def mutants_of(sample: dict[str, Any], samples: list[dict[str, Any]], limit: int
                 values.setdefault(key, []).append(value)
     found: list[Mutant] = []
     for i, action in enumerate(actions):
-        if changing(action):
+        if changing(action, pure):
             found.append(Mutant(f"{sid}~drop-{i + 1}", sid, actions[:i] + actions[i + 1:],
                                 f"dropping action {i + 1} ({action['tool']})", action=f"{i + 1}: {_call(action)}"))
-    extra = next((dict(a) for s in others for a in s.get("actions", []) if changing(a) and a not in actions), None)
+    extra = next((dict(a) for s in others for a in s.get("actions", []) if changing(a, pure) and a not in actions),
+                 None)
     if extra is not None:
         found.append(Mutant(f"{sid}~extra", sid, [*actions, extra], f"an extra call {_call(extra)} at the end",
                             extra))
     for i, action in enumerate(actions):
-        if not changing(action):
+        if not changing(action, pure):
             continue
         for key, value in (action.get("args") or {}).items():
             wrong = wrong_value(key, value, values)
@@ -98,8 +104,7 @@ def refused_by_the_tool(mutant: Mutant, outcome: RunOutcome) -> bool:
     if mutant.call is None:
         return False
     made = [c for c in outcome.calls if c.get("tool") == mutant.call["tool"] and c.get("args") == mutant.call["args"]]
-    return not made or any(c.get("error") or (isinstance(c.get("output"), dict) and "error" in c["output"])
-                           for c in made)
+    return not made or any(refused(c) for c in made)  # an error however the tool says it (errors.py)
 
 
 def detail(mutant: Mutant) -> str:
@@ -112,7 +117,8 @@ def detail(mutant: Mutant) -> str:
 
 def mutation(ctx: GateContext) -> GateResult:
     limit = ctx.settings.max_mutants_per_sample
-    everything = [m for s in ctx.samples for m in mutants_of(s, ctx.samples, limit)]
+    pure = pure_tools(ctx.root, ctx.out_dir / "tools")  # calculate and the like: read-only, as lookups are
+    everything = [m for s in ctx.samples for m in mutants_of(s, ctx.samples, limit, pure)]
     if not everything:
         return GateResult({"mutation_score": None, "mutants": 0})
     outcomes = run_agents(ctx, "mutation", [m.run() for m in everything])
