@@ -21,6 +21,7 @@ from typing import Any
 from proving.evaluation.coverage import FREE_TEXT_KEYS, LOOKING, outcome_side
 from proving.evaluation.errors import error_of, failed_at
 from proving.evaluation.gates import FunctionGate, GateContext, GateResult, Unavailable, register
+from proving.evaluation.purity import pure_tools
 from proving.evaluation.quality import Finding
 from proving.evaluation.sources import Sources, asked, contradicted, records_of, situation
 from scenarios.folder import RECORD_BYTES, Folder
@@ -35,15 +36,18 @@ def call_text(index: int, action: Mapping[str, Any]) -> str:
     return f"{index + 1}: {action.get('tool')}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
 
 
-def changes_state(action: Mapping[str, Any]) -> bool:
-    return not LOOKING.match(str(action.get("tool", "")))
+def changes_state(action: Mapping[str, Any], pure: frozenset[str] = frozenset()) -> bool:
+    """Not a lookup, nor a call of a pure tool (purity.py: ``calculate`` computes, it changes nothing)."""
+    tool = str(action.get("tool", ""))
+    return not LOOKING.match(tool) and tool not in pure
 
 
 def _actions(sample: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [a for a in sample.get("actions") or [] if isinstance(a, dict) and "tool" in a]
 
 
-def failing_actions(sample: Mapping[str, Any], result: Mapping[str, Any] | None) -> list[Finding]:
+def failing_actions(sample: Mapping[str, Any], result: Mapping[str, Any] | None,
+                    pure: frozenset[str] = frozenset()) -> list[Finding]:
     """A finding per expected state-changing action the evaluation saw answered with an error."""
     if result is None:
         return []
@@ -53,7 +57,7 @@ def failing_actions(sample: Mapping[str, Any], result: Mapping[str, Any] | None)
         error = error_of(outputs[index]) if index < len(outputs) else None
         if error is None and index == len(outputs):
             error = failed_at(str(result.get("reason") or ""), index)
-        if error is None or not changes_state(action):
+        if error is None or not changes_state(action, pure):
             continue
         found.append(Finding.of(
             "gold", "L4", f"expected action {call_text(index, action)} fails: the tool answers it with an error, so "
@@ -66,7 +70,7 @@ def failing_actions(sample: Mapping[str, Any], result: Mapping[str, Any] | None)
 
 
 def unsupported_values(sample: Mapping[str, Any], result: Mapping[str, Any] | None, policy: str,
-                       data: Any) -> list[Finding]:
+                       data: Any, pure: frozenset[str] = frozenset()) -> list[Finding]:
     """A finding per literal of an expected state-changing action no source gives, or the data contradicts."""
     outputs = list((result or {}).get("outputs") or [])
     sources = Sources.of(sample, policy, data)
@@ -74,7 +78,7 @@ def unsupported_values(sample: Mapping[str, Any], result: Mapping[str, Any] | No
     for index, action in enumerate(_actions(sample)):
         if index > 0 and index - 1 < len(outputs):
             sources.add_output(outputs[index - 1])
-        if not changes_state(action):
+        if not changes_state(action, pure):
             continue
         args = action.get("args") or {}
         for path, value in _literals(args):
@@ -146,11 +150,12 @@ def gold(ctx: GateContext) -> GateResult:
     data = folder.read_json_or_none(ctx.out_dir / "tools" / "data.json", RECORD_BYTES * 4)
     policy = "\n\n".join(folder.read_text_or(p, "", RECORD_BYTES)
                          for p in folder.glob(layout.design, "*.md", kinds=("file",)))
+    pure = pure_tools(ctx.root, ctx.out_dir / "tools")
     findings: list[Finding] = []
     for sample in ctx.samples:
         result = results.get(str(sample.get("id")))
-        findings += failing_actions(sample, result)
-        findings += unsupported_values(sample, result, policy, data)
+        findings += failing_actions(sample, result, pure)
+        findings += unsupported_values(sample, result, policy, data, pure)
         ctx.sample_done()
     findings += contradictions(ctx.samples, data)
     return GateResult({}, findings)
