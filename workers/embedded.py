@@ -14,7 +14,7 @@ from agents import tracing
 from workers.loop import Task, Team, run_task, scenario_root
 from workers.task_trace import finish, task_span
 
-PRIORITY = {"compaction": 0, "phase": 1, "proving": 2, "step": 2}
+PRIORITY = {"compaction": 0, "phase": 1, "proving": 2, "step": 2, "gate": 3}  # gates below steps, as on Redis
 
 
 def run_embedded(tasks: Iterable[Task], team: Team, *, env: Mapping[str, str] | None = None,

@@ -46,8 +46,9 @@ from agents.settings_layers import (
 )
 from agents.step import compaction_before, run_step
 from agents.tools.handoff import KIND, handoff_path
-from proving.evaluation.gates import ProvingSettings, prove
-from proving.evaluation.quality import Quality
+from proving.evaluation.gate_shards import prove_in_shards
+from proving.evaluation.gates import ProvingSettings
+from proving.evaluation.quality import GateName, Quality
 from scenarios.folder import EVERY, RECORD_BYTES, Folder
 from scenarios.lease import Lease, LeaseLost
 from scenarios.run import IterationResult, RunRecord, archive_run, claim_run, example_copied, load_run, save_run
@@ -63,11 +64,13 @@ log = logging.getLogger(__name__)
 class Task(BaseModel):
     """One unit of work. Arguments are ids only: never payloads, never secrets."""
 
-    kind: Literal["step", "compaction", "phase", "proving"]
+    kind: Literal["step", "compaction", "phase", "proving", "gate"]
     scenario: str
     agent: Role | None = None
-    # The step due (step) or the last finished step (compaction). Strict: "3" or 3.5 is a sender's bug.
+    # The step due (step), the last finished step (compaction) or the shard (gate). Strict: "3" or 3.5 is a
+    # sender's bug.
     number: StrictInt | None = Field(default=None, ge=0)
+    gate: GateName | None = None  # a gate task's gate (workers/gate_loop.py)
 
     @field_validator("scenario")
     @classmethod
@@ -78,6 +81,8 @@ class Task(BaseModel):
     def _complete(self) -> Task:
         if self.kind in ("step", "compaction") and (self.agent is None or self.number is None):
             raise ValueError(f"a {self.kind} task needs an agent (init or execute) and a step number")
+        if self.kind == "gate" and (self.gate is None or self.number is None):
+            raise ValueError("a gate task needs a gate (floor, mutation...) and a shard number")
         return self
 
 
@@ -375,13 +380,18 @@ def _after_execute(root: Path, record: RunRecord, lease: Lease) -> list[Task]:
     return resume(root)
 
 
-def do_proving(root: Path, team: Team | None = None, env: Mapping[str, str] | None = None) -> list[Task]:
+def do_proving(root: Path, team: Team | None = None, env: Mapping[str, str] | None = None,
+               split: bool = False) -> list[Task]:
     """Run the gates on the iteration Execute handed off, write their ``quality`` into its report.json and decide:
     done when every target is met, else the next design (with the findings) or the end at max_iterations.
 
-    The gates run before the run's lease is claimed (they may take tens of seconds, and only read); the write
-    and the decision happen under it. A report that already carries ``quality`` (a task cut short after writing
-    it, or a duplicate) is decided on as it is; otherwise the gates run again from the disk."""
+    The gates run by shard (workers/gate_loop.py): ``split``, the gate tasks of the shards not done are returned
+    to be run by any worker (each sends this task again when the last is done); otherwise they run here first.
+    Either way the decision is made on the merge of the shards' files. The gates run before the run's lease is
+    claimed (they may take tens of seconds, and only read); the write and the decision happen under it. A
+    report that already carries ``quality`` (a task cut short after writing it, or a duplicate) is decided on
+    as it is."""
+    from workers.gate_loop import plan_or_quality  # it imports this module
     record = load_run(root)
     if record is None or record.finished or record.phase != "proving":
         return []  # a duplicate, or a run that moved on: answered from a plain read, claiming nothing
@@ -389,7 +399,15 @@ def do_proving(root: Path, team: Team | None = None, env: Mapping[str, str] | No
     try:
         settings = proving_settings(root, env)
         raw = raw_report(root, n)
-        quality = Quality.model_validate(raw["quality"]) if "quality" in raw else prove(root, n, settings)
+        if "quality" in raw:
+            quality = Quality.model_validate(raw["quality"])
+        elif split:
+            shards, merged = plan_or_quality(root, n, settings)
+            if merged is None:
+                return shards
+            quality = merged
+        else:
+            quality = prove_in_shards(root, n, settings)
     except (ConfigError, StoreError, ValueError) as exc:
         lease, record = _claimed(root)
         if record is not None and record.phase == "proving":
@@ -479,5 +497,10 @@ def run_task(task: Task, team: Team, root: Path) -> tuple[StepOutcome | Compacti
     if task.kind == "compaction":
         return do_compaction(root, team, task.agent, task.number)
     if task.kind == "proving":
-        return None, do_proving(root, team)
+        return None, do_proving(root, team, split=True)
+    if task.kind == "gate":
+        from workers.gate_loop import do_gate
+
+        assert task.gate is not None and task.number is not None  # a gate task has both (Task._complete)
+        return None, do_gate(root, task.gate, task.number)
     return None, do_phase(root, team)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -32,6 +33,7 @@ import redis
 from celery.signals import worker_ready, worker_shutdown
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
+from proving.evaluation.gate_shards import activity_path
 from scenarios.folder import Folder, scenario_folders
 from scenarios.run import load_run
 from scenarios.store import AGENTS, Layout, StoreError
@@ -83,6 +85,7 @@ def last_progress(root: Path) -> float:
     paths = [layout.run_json, layout.run_lease]
     for agent in AGENTS:
         paths += [layout.log(agent), layout.events(agent), layout.state(agent) / "agent.json", layout.lease(agent)]
+    paths.append(activity_path(root))  # the gates' shards, touched after each sample they do
     folder = Folder(root)
     times = [t for p in paths if (t := folder.mtime(p)) is not None]
     return max(times, default=0.0)
@@ -94,7 +97,12 @@ def stalled(root: Path, client: redis.Redis, settings: ReaperSettings, now: floa
         return False  # finished, waiting for a human, or stopped on an error a human must see
     if now - last_progress(root) < settings.stall_after_s:
         return False
-    return not any(client.exists(lock_key(root.name, who)) for who in (*AGENTS, "phase"))
+    if any(client.exists(lock_key(root.name, who)) for who in (*AGENTS, "phase")):
+        return False
+    # A gate shard being worked on holds a lock of its own (workers/gate_tasks.py); glob characters in the name
+    # are escaped, so one scenario's shards never count for another's.
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", lock_key(root.name, "gate:")) + "*"
+    return next(iter(client.scan_iter(match=pattern, count=1000)), None) is None
 
 
 def reap(folder: Path, client: redis.Redis, settings: ReaperSettings,

@@ -37,6 +37,7 @@ from workers.scenario_lock import ScenarioBusy, shared_scenario_lock
 from workers.task_trace import finish, headers_for, received, task_span
 
 log = logging.getLogger(__name__)
+GATE_PRIORITY = STEP_PRIORITY + 2  # on Redis a larger number waits longer: the gates' shards after the steps
 
 
 class LockBusy(RuntimeError):
@@ -52,17 +53,19 @@ SIGNATURES = {
     "compaction": "(scenario, agent, after_step): a scenario name, init or execute, and the last finished step",
     "phase": "(scenario): a scenario name",
     "proving": "(scenario): a scenario name",
+    "gate": "(scenario, gate, shard): a scenario name, a gate (floor, mutation, solver, coverage, duplicate) and "
+            "the shard number (>= 0)",
 }
 
 
-def checked(kind: str, scenario: object, agent: object = None, number: object = None) -> Task:
+def checked(kind: str, scenario: object, agent: object = None, number: object = None, gate: object = None) -> Task:
     """The task's arguments as a ``Task``, or ``BadTaskArguments`` naming each bad one and the right form."""
     try:
-        return Task(kind=kind, scenario=scenario, agent=agent, number=number)
+        return Task(kind=kind, scenario=scenario, agent=agent, number=number, gate=gate)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'task'}: {e['msg'].removeprefix('Value error, ')}"
                              for e in exc.errors())
-        sent = ", ".join(repr(a) for a in (scenario, agent, number) if a is not None)
+        sent = ", ".join(repr(a) for a in (scenario, gate, agent, number) if a is not None)
         raise BadTaskArguments(
             f"baton.{kind}({sent}) has bad arguments ({problems}). It takes {SIGNATURES[kind]}. "
             "Let baton send its tasks (`baton run NAME`, `baton resume NAME`) rather than sending them by hand"
@@ -159,6 +162,8 @@ def shadow_name(task: Task, iteration: int | None) -> str:
         return f"baton.compaction {task.scenario}/{task.agent}{within} after step {task.number}"
     if task.kind == "proving":
         return f"baton.proving {task.scenario}{within}"
+    if task.kind == "gate":
+        return f"baton.gate {task.scenario}{within} {task.gate} shard {(task.number or 0) + 1}"
     return f"baton.phase {task.scenario}{within}"
 
 
@@ -181,6 +186,9 @@ def dispatch(tasks: list[Task], headers: list[tracing.Carrier] | None = None) ->
         elif task.kind == "proving":  # the gates may take tens of seconds: on a step queue, never compaction's
             app.send_task("baton.proving", args=[task.scenario], queue="execute", priority=STEP_PRIORITY,
                           shadow=shadow, headers=sent)
+        elif task.kind == "gate":  # any execute worker takes a shard, after every step waiting (below in priority)
+            app.send_task("baton.gate", args=[task.scenario, task.gate, task.number], queue="execute",
+                          priority=GATE_PRIORITY, shadow=shadow, headers=sent)
         else:
             app.send_task("baton.phase", args=[task.scenario], queue="compaction", priority=COMPACTION_PRIORITY,
                           shadow=shadow, headers=sent)
@@ -336,18 +344,25 @@ def proving_task(self: CeleryTask, scenario: str) -> dict:
     try:
         with agent_lock(scenario, "phase"), shared_scenario_lock(root), \
                 task_span(what, root, received(self.request)) as live:
-            line = f"iteration {iteration}: running the gates"
+            line = f"iteration {iteration}: planning the gates, or merging them"
             self.update_state(state="PROGRESS", meta={"scenario": scenario, "iteration": iteration, "line": line})
             self.send_event("task-progress", scenario=scenario, kind="proving", iteration=iteration,
                             status="running", result=line)
-            following = do_proving(root, _team(root))
+            following = do_proving(root, _team(root), split=True)
             headers = finish(live, None, following, root)
     except (LockBusy, LeaseBusy, ScenarioBusy) as exc:  # ScenarioBusy: an embedded run holds the folder
         raise retry(self, exc, what) from None
     record = load_run(root)
-    line, figures = proving_line(record, iteration)
+    shards = [t for t in following if t.kind == "gate"]
+    line, figures = proving_line(record, iteration) if not shards else (
+        f"iteration {iteration}: {len(shards)} gate shard(s) sent to the workers", {})
     self.send_event("task-progress", scenario=scenario, kind="proving", iteration=iteration,
                     status=record.status if record else None, figures=figures, result=line)
     sent = dispatch_once(self, following, headers)
     return {"scenario": scenario, "iteration": iteration, "figures": figures, "line": line,
             "next": [t.model_dump() for t in sent]}
+
+
+# Registers baton.gate (its own module: one shard of an iteration's gates); imported here so that every process
+# that loads the tasks, a worker or a sender, knows it.
+from workers import gate_tasks  # noqa: E402,F401

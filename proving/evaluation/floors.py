@@ -22,7 +22,7 @@ from typing import Any
 from proving.evaluation.coverage import LOOKING, REFUSAL, REFUSING
 from proving.evaluation.exported import RunOutcome
 from proving.evaluation.gate_harness import run_agents, tool_schemas
-from proving.evaluation.gates import FunctionGate, GateContext, GateResult, register
+from proving.evaluation.gates import GateContext, GateResult, Keyed, Part, SplitGate, ordered, register
 from proving.evaluation.quality import Finding
 
 AGENTS = ("do_nothing", "refuse_all", "reckless")
@@ -73,25 +73,35 @@ def why(agent: str, sample: dict[str, Any], outcome: RunOutcome, recorder: str |
                                    else "; the scorer does not check these calls' effects"))
 
 
-def floor(ctx: GateContext) -> GateResult:
+def floor_part(ctx: GateContext, samples: list[dict[str, Any]]) -> Part:
+    """The floor agents on ``samples``: how many each passed, and a finding for each pass."""
     recorders = sorted(t["name"] for t in tool_schemas(ctx) if REFUSING.search(t["name"]))
     recorder = recorders[0] if recorders else None
     # Only a tool that records a refusal lets a sample whose right answer is "no" show it: an escalation
     # hands the request on, which is another answer.
     refusal_recorder = next((name for name in recorders if REFUSAL.search(name)), None)
-    outcomes = run_agents(ctx, "floor", floor_runs(ctx.samples))
-    figures: dict[str, float] = {}
-    findings = []
-    for agent in AGENTS:
-        passed = [s for s in ctx.samples if outcomes[f"{s['id']}~{agent}"].passed]
-        figures[agent] = round(len(passed) / len(ctx.samples), 4) if ctx.samples else 0.0
+    outcomes = run_agents(ctx, "floor", floor_runs(samples))
+    place = {str(s["id"]): i for i, s in enumerate(ctx.samples)}
+    part = Part(counts={"samples": len(samples)})
+    for number, agent in enumerate(AGENTS):
+        passed = [s for s in samples if outcomes[f"{s['id']}~{agent}"].passed]
+        part.counts[agent] = len(passed)
         for sample in passed:
             layer = "L1" if refusal_recorder is None and changes_nothing(sample) else "L4"
             outcome = outcomes[f"{sample['id']}~{agent}"]
             detail = why(agent, sample, outcome, recorder, refusal_recorder)
-            findings.append(Finding.of("floor", layer, detail, sample=str(sample["id"]), defect="shortcut",
-                                       evidence=f"{agent}: {_calls(outcome)}"))
-    return GateResult({"floor": figures}, findings)
+            finding = Finding.of("floor", layer, detail, sample=str(sample["id"]), defect="shortcut",
+                                 evidence=f"{agent}: {_calls(outcome)}")
+            part.findings.append(Keyed(key=[number, place.get(str(sample["id"]), -1)], finding=finding))
+    return part
 
 
-register(FunctionGate("floor", floor))
+def floor_merge(ctx: GateContext, parts: list[Part]) -> GateResult:
+    """Each agent's share of every sample it passed, from the parts' counts."""
+    total = sum(p.counts.get("samples", 0) for p in parts)
+    figures = {agent: round(sum(p.counts.get(agent, 0) for p in parts) / total, 4) if total else 0.0
+               for agent in AGENTS}
+    return GateResult({"floor": figures}, ordered(parts))
+
+
+register(SplitGate("floor", floor_part, floor_merge))

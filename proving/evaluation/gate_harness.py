@@ -149,6 +149,7 @@ def run_agents(ctx: GateContext, gate: str, runs: list[dict[str, Any]]) -> dict[
         asked = by_sample.get(str(sample["id"]))
         if asked:
             outcomes |= run_sample(ctx.root, parts, sample, asked, bounds)
+            ctx.sample_done()
     outcomes = with_words(runs, ctx.samples, outcomes)  # communicate_info, in what each agent says (spoken.py)
     _log(ctx, gate, runs, outcomes)
     return outcomes
@@ -186,7 +187,8 @@ def run_sample(root: Path, parts: tuple[str, ...] | list[str], sample: dict[str,
 
 
 def _log(ctx: GateContext, gate: str, runs: list[dict[str, Any]], outcomes: dict[str, RunOutcome]) -> None:
-    """proving_logs/<gate>_runs.json: each run, its calls and its verdict, for a person to read."""
+    """proving_logs/<gate>_runs.json (``_runs.<shard>.json`` for a shard): each run, its calls and its verdict, for
+    a person to read."""
     listed = [{**run, "passed": outcomes[run["id"]].passed, "explanation": outcomes[run["id"]].explanation,
                "calls": outcomes[run["id"]].calls} for run in runs if run["id"] in outcomes]
-    Folder(ctx.root).write_json(ctx.out_dir / LOGS / f"{gate}_runs.json", {"runs": listed})
+    Folder(ctx.root).write_json(ctx.out_dir / LOGS / f"{gate}_runs{ctx.shard}.json", {"runs": listed})

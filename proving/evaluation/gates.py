@@ -37,6 +37,9 @@ class ProvingSettings(BaseModel):
     # Who plays the user of conversational samples (docs/conversations.md), in the solver gate, `baton try` and
     # the exported task's default: "scripted" (deterministic, offline) or any Inspect model string.
     user_simulator: str = Field("scripted", min_length=1, pattern=r"\S")
+    # Samples per shard of the gates that split by sample (floor, mutation): each shard is a task any worker can
+    # run (workers/gate_tasks.py), so more workers prove an iteration sooner.
+    shard_samples: int = Field(10, ge=1)
 
 
 @dataclass
@@ -49,6 +52,12 @@ class GateContext:
     samples: list[dict[str, Any]]
     business_rules: str
     work: dict[str, Any] = field(default_factory=dict)  # what one gate builds and another reuses (the export)
+    shard: str = ""  # which shard this is, in the names of its logs ("" when the gate runs whole)
+    on_sample: Callable[[], None] | None = None  # told after each sample a gate has done (progress)
+
+    def sample_done(self) -> None:
+        if self.on_sample is not None:
+            self.on_sample()
 
     @property
     def out_dir(self) -> Path:
@@ -69,14 +78,43 @@ class GateResult:
     findings: list[Finding] = field(default_factory=list)
 
 
+class Keyed(BaseModel):
+    """A finding with its place in the gate's whole list (merged shards keep the order a whole run gives)."""
+
+    key: list[int]
+    finding: Finding
+
+
+class Part(BaseModel):
+    """What a gate found on some of the samples (a shard): counts the whole's figures are computed from, or, for
+    a gate that does not split, its figures as they are."""
+
+    counts: dict[str, int] = Field(default_factory=dict)
+    figures: dict[str, Any] = Field(default_factory=dict)
+    findings: list[Keyed] = Field(default_factory=list)
+
+    def ordered(self) -> list[Finding]:
+        return [k.finding for k in sorted(self.findings, key=lambda k: k.key)]
+
+
+def ordered(parts: list[Part]) -> list[Finding]:
+    """Every part's findings, in the order of their keys."""
+    return Part(findings=[k for p in parts for k in p.findings]).ordered()
+
+
 class Unavailable(RuntimeError):
     """A gate cannot run here (what it needs is missing); the message says what."""
 
 
 class Gate(Protocol):
     name: GateName
+    splits: bool  # whether it runs by shard of samples (``part`` on some, ``merge`` of the parts)
 
     def run(self, ctx: GateContext) -> GateResult: ...
+
+    def part(self, ctx: GateContext, samples: list[dict[str, Any]]) -> Part: ...
+
+    def merge(self, ctx: GateContext, parts: list[Part]) -> GateResult: ...
 
 
 GATES: dict[str, Gate] = {}
@@ -90,11 +128,41 @@ def register(gate: Gate) -> Gate:
 
 @dataclass(frozen=True)
 class FunctionGate:
+    """A gate that runs whole: its one part is its result."""
+
     name: GateName
     body: Callable[[GateContext], GateResult]
+    splits: bool = False
 
     def run(self, ctx: GateContext) -> GateResult:
         return self.body(ctx)
+
+    def part(self, ctx: GateContext, samples: list[dict[str, Any]]) -> Part:
+        result = self.body(ctx)
+        return Part(figures=result.figures, findings=[Keyed(key=[i], finding=f) for i, f in enumerate(result.findings)])
+
+    def merge(self, ctx: GateContext, parts: list[Part]) -> GateResult:
+        return GateResult(dict(parts[0].figures) if parts else {}, ordered(parts))
+
+
+@dataclass(frozen=True)
+class SplitGate:
+    """A gate that runs by shard of samples: ``part_of`` on each shard, ``merge_of`` the parts into the figures
+    and findings a whole run gives (figures from counts, findings in the whole's order)."""
+
+    name: GateName
+    part_of: Callable[[GateContext, list[dict[str, Any]]], Part]
+    merge_of: Callable[[GateContext, list[Part]], GateResult]
+    splits: bool = True
+
+    def run(self, ctx: GateContext) -> GateResult:
+        return self.merge_of(ctx, [self.part_of(ctx, ctx.samples)])
+
+    def part(self, ctx: GateContext, samples: list[dict[str, Any]]) -> Part:
+        return self.part_of(ctx, samples)
+
+    def merge(self, ctx: GateContext, parts: list[Part]) -> GateResult:
+        return self.merge_of(ctx, parts)
 
 
 def _coverage(ctx: GateContext) -> GateResult:
@@ -112,34 +180,46 @@ register(FunctionGate("duplicate", _duplicates))
 
 
 def prove(root: Path, iteration: int, settings: ProvingSettings | None = None) -> Quality:
-    """Run every configured gate on ``execution_outputs/iteration_<n>``; the quality that report.json carries."""
+    """Run every configured gate on ``execution_outputs/iteration_<n>``, each whole, in this process; the quality
+    that report.json carries. (The loop runs them as tasks by shard: proving/evaluation/gate_shards.py.)"""
     settings = settings or ProvingSettings()
-    _load_gates()
+    load_gates()
     ctx = GateContext.load(root, iteration, settings)
+    return assemble(settings, {name: attempt(name, lambda gate: gate.run(ctx)) for name in settings.gates})
+
+
+def attempt(name: str, body: Callable[[Gate], Any]) -> Any:
+    """``body`` of the gate named ``name``, or why it did not run (a str): not in this baton, unavailable here,
+    or failed (a bug of baton's: it must not cost the run its other figures)."""
+    gate = GATES.get(name)
+    if gate is None:
+        return "no such gate in this baton"
+    try:
+        return body(gate)
+    except Unavailable as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a gate's own bug must not cost the run its other figures
+        log.exception("gate %s failed", name)
+        return f"the gate failed: {type(exc).__name__}: {exc}"
+
+
+def assemble(settings: ProvingSettings, outcomes: dict[str, GateResult | str]) -> Quality:
+    """The quality of each gate's result, or why it did not run, in the configured order."""
     quality = Quality()
     figures: dict[str, Any] = {}
     for name in settings.gates:
-        gate = GATES.get(name)
-        if gate is None:
-            quality.skipped[name] = "no such gate in this baton"
+        outcome = outcomes[name]
+        if isinstance(outcome, str):
+            quality.skipped[name] = outcome
             continue
-        try:
-            result = gate.run(ctx)
-        except Unavailable as exc:
-            quality.skipped[name] = str(exc)
-            continue
-        except Exception as exc:  # noqa: BLE001 - a gate's own bug must not cost the run its other figures
-            log.exception("gate %s failed", name)
-            quality.skipped[name] = f"the gate failed: {type(exc).__name__}: {exc}"
-            continue
-        figures.update(result.figures)
-        quality.findings.extend(result.findings)
-        quality.ran.append(gate.name)
+        figures.update(outcome.figures)
+        quality.findings.extend(outcome.findings)
+        quality.ran.append(GATES[name].name)
     quality.figures = Figures.model_validate(figures)
     return quality
 
 
-def _load_gates() -> None:
+def load_gates() -> None:
     """The gates that run the exported task live in modules of their own (they need Inspect, loaded late);
     importing them registers them."""
     import importlib
@@ -151,3 +231,5 @@ def _load_gates() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
+
+_load_gates = load_gates  # the name tests knew it by

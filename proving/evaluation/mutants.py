@@ -22,7 +22,7 @@ from proving.evaluation.coverage import IDENTIFIER, LOOKING
 from proving.evaluation.errors import refused
 from proving.evaluation.exported import RunOutcome
 from proving.evaluation.gate_harness import run_agents
-from proving.evaluation.gates import FunctionGate, GateContext, GateResult, register
+from proving.evaluation.gates import GateContext, GateResult, Keyed, Part, SplitGate, ordered, register
 from proving.evaluation.purity import pure_tools
 from proving.evaluation.quality import Finding
 
@@ -115,21 +115,34 @@ def detail(mutant: Mutant) -> str:
     return f"{mutant.mistake} still passes: the scorer does not check this argument's effect"
 
 
-def mutation(ctx: GateContext) -> GateResult:
+def mutation_part(ctx: GateContext, samples: list[dict[str, Any]]) -> Part:
+    """The mutants of ``samples`` (from every sample's values): how many, and a finding for each survivor."""
     limit = ctx.settings.max_mutants_per_sample
+    place = {str(s["id"]): i for i, s in enumerate(ctx.samples)}
     pure = pure_tools(ctx.root, ctx.out_dir / "tools")  # calculate and the like: read-only, as lookups are
-    everything = [m for s in ctx.samples for m in mutants_of(s, ctx.samples, limit, pure)]
+    everything = [(place.get(str(s["id"]), -1), number, m) for s in samples
+                  for number, m in enumerate(mutants_of(s, ctx.samples, limit, pure))]
+    part = Part(counts={"mutants": len(everything), "survivors": 0})
     if not everything:
-        return GateResult({"mutation_score": None, "mutants": 0})
-    outcomes = run_agents(ctx, "mutation", [m.run() for m in everything])
-    findings = []
-    for mutant in everything:
+        return part
+    outcomes = run_agents(ctx, "mutation", [m.run() for _, _, m in everything])
+    for sample, number, mutant in everything:
         outcome = outcomes[mutant.id]
         if outcome.passed and not refused_by_the_tool(mutant, outcome):
-            findings.append(Finding.of("mutation", "L4", detail(mutant), sample=mutant.sample, defect="scorer_gap",
-                                       action=mutant.action, evidence=f"the mutant passed: {mutant.mistake}"))
-    killed = len(everything) - len(findings)
-    return GateResult({"mutation_score": round(killed / len(everything), 4), "mutants": len(everything)}, findings)
+            part.counts["survivors"] += 1
+            finding = Finding.of("mutation", "L4", detail(mutant), sample=mutant.sample, defect="scorer_gap",
+                                 action=mutant.action, evidence=f"the mutant passed: {mutant.mistake}")
+            part.findings.append(Keyed(key=[sample, number], finding=finding))
+    return part
 
 
-register(FunctionGate("mutation", mutation))
+def mutation_merge(ctx: GateContext, parts: list[Part]) -> GateResult:
+    """The share of every mutant the scorer rejected, from the parts' counts."""
+    total = sum(p.counts.get("mutants", 0) for p in parts)
+    if not total:
+        return GateResult({"mutation_score": None, "mutants": 0})
+    killed = total - sum(p.counts.get("survivors", 0) for p in parts)
+    return GateResult({"mutation_score": round(killed / total, 4), "mutants": total}, ordered(parts))
+
+
+register(SplitGate("mutation", mutation_part, mutation_merge))
