@@ -17,6 +17,8 @@ TOOLS = Path(__file__).resolve().parent.parent / "tools"
 def check_database_model(sample, outcome):
     """The final data is a database the domain's own model accepts: what tau2 hashes and compares is that model's
     dump, so data it refuses is no state a tau2 run could reach."""
+    if outcome["final_data"] == outcome.get("initial_data"):  # tools/data.json is the model's own dump: it loads
+        return {"passed": True, "reason": "the final data is the initial data, the domain's database as written"}
     if str(TOOLS) not in sys.path:
         sys.path.append(str(TOOLS))
     import tau2_glue  # noqa: PLC0415 - from tools/, put on the path just above
