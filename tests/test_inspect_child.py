@@ -288,3 +288,26 @@ def test_baton_try_refuses_a_link_where_inspect_logs_should_be(finished_run: Sha
                             str(ITERATION)], env=env, capture_output=True, text=True, timeout=900)
     assert tried.returncode != 0 and "inspect_logs" in tried.stdout + tried.stderr, tried.stdout + tried.stderr
     assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.slow  # two evals of the whole export
+def test_two_evals_of_one_process_run_at_once(exported: Path, tmp_path: Path) -> None:
+    """Each eval has a process of its own: Inspect's "Multiple concurrent calls to eval_async are not allowed"
+    no longer stops a worker that proves two things at once."""
+    from proving.export.tryout import eval_export
+
+    outcomes: dict[int, Any] = {}
+
+    def one(n: int) -> None:
+        try:
+            outcomes[n] = eval_export(exported, "mockllm/model", 1, tmp_path / f"logs{n}")
+        except Exception as exc:  # noqa: BLE001 - the test reports what stopped it
+            outcomes[n] = exc
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert all(not isinstance(o, Exception) and o.status == "success" for o in outcomes.values()), outcomes
+    assert len(outcomes) == 2

@@ -15,8 +15,8 @@ choosing. So the eval runs in a child (proving/export/inspect_child_main.py) wit
 - its log written into its own folder; baton moves it into the scenario, redacted, through the one way in
   (a link where ``inspect_logs/`` or ``proving_logs/`` should be is refused).
 
-What the callers read of the log comes back as a compact summary (``Run``), with the attributes of Inspect's
-``EvalLog`` they use.
+What the callers read of the log comes back as a compact summary (``Run``, redacted as the log is), with the
+attributes of Inspect's ``EvalLog`` they use.
 """
 
 from __future__ import annotations
@@ -264,7 +264,8 @@ def run_eval(task_dir: Path, model: Any, epochs: int, log_dir: Path, task_args: 
         answer = _answer(home / "result.json")
         if "prerequisite" in answer:
             raise Prerequisite(str(answer["prerequisite"]))
-        run = Run.model_validate(answer["log"])
+        # Model-written text (a tool's output, a scorer's explanation) goes on into tryout.json and the findings.
+        run = Run.model_validate(scrubbed(answer["log"], secrets_of(fixed().environ)))
         moved = move_logs(logs, log_dir)
         run.location = str(moved[0]) if moved else ""
         return run
