@@ -47,7 +47,8 @@ from workers.interrupt import EXIT_INTERRUPTED, end_interrupted, say_interrupted
 from workers.overview import status_overview
 from workers.readmodel import context_json, first_request, read_agent, reading_config, scenario_roots, status_json
 from workers.rebuild import rebuild_and_show
-from workers.render import err, layers_table, out, say, status_report
+from workers.render import err, layers_table, out, say
+from workers.status_view import status_report
 from workers.timeline import plot_timeline
 
 EXIT_WAITING = 3  # the run stopped to wait for `baton approve` or `baton reject`: not a success, not an error

@@ -6,6 +6,7 @@ Everything here draws a ``Snapshot`` (or a run record) already read from disk by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -20,23 +21,18 @@ from agents.catalogue import PinnedModel
 from proving.evaluation.report_file import ReportFile
 from proving.export.tryout import read_tryout
 from scenarios.run import IterationResult, RunRecord
-from workers.confinement import unconfined
 from workers.inert import InertConsole, InertTable
 from workers.readmodel import (
     SIMULATED,
     Activity,
     AgentView,
     Snapshot,
-    read_activity,
     read_reports,
-    toml_problem,
 )
-from workers.spend import RunSpend, Spend, read_spend
 from workers.targets import figure_summary
 
 ACTORS = {"designing": " (Init)", "executing": " (Execute)", "proving": " (the gates)",
           "awaiting_approval": " (your turn)"}
-WIDE = 100  # below this many columns the detail tables take their compact form (status must read at 80)
 
 out = InertConsole(highlight=False)  # model-written text printed inert (workers/inert.py)
 err = InertConsole(stderr=True, highlight=False)
@@ -66,8 +62,17 @@ def fit_first(table: Table, keep: int) -> Table:
     return table
 
 
-def narrow() -> bool:
-    return out.width < WIDE
+def fitted(*forms: Callable[[], Table]) -> Table:
+    """The first of a table's ``forms`` (widest first) that fits the window with every cell whole; the last when
+    none does (rich then shrinks its cells). Measured unbounded: a measure capped at the window would always
+    fit, and cut the cells instead."""
+    unbounded = out.options.update(max_width=10**6)
+    table = forms[0]()
+    for form in forms[1:]:
+        if Measurement.get(out, unbounded, table).maximum <= out.width:
+            break
+        table = form()
+    return table
 
 
 def share(value: float | None) -> str:
@@ -187,13 +192,21 @@ def activity_line(activity: Activity, name: str) -> Text:
 
 
 def agents_table(snap: Snapshot, detailed: bool = False) -> Table:
-    small = narrow()
-    context = "context vs threshold" if small else "context (last step, estimated, vs threshold)"
-    columns = ("agent", "model", "steps", context, "compactions")
-    table = new_table(*columns, *(("breaker" if small else "circuit breaker",) if detailed else ()), keep=3)
+    """Each agent's model, steps, context and compactions (and circuit breaker, in detail), in the widest form
+    that fits: long headers and the context as a bar, then compact, then short headers and the model's
+    lifecycle left to a line beneath (``models_line``)."""
+    return fitted(lambda: _agents_table(snap, detailed, "wide"), lambda: _agents_table(snap, detailed, "compact"),
+                  lambda: _agents_table(snap, detailed, "short"))
+
+
+def _agents_table(snap: Snapshot, detailed: bool, form: str) -> Table:
+    context = {"wide": "context (last step, estimated, vs threshold)", "compact": "context vs threshold",
+               "short": "context"}[form]
+    breaker = ("circuit breaker" if form == "wide" else "breaker",) if detailed else ()
+    table = new_table("agent", "model", "steps", context, "compactions", *breaker, keep=3)
     for view in snap.agents.values():
-        model = model_cell(view, snap.pins.get(view.role))
-        row: list[Any] = [view.role, model, str(view.steps), gauge(view, small), compactions_cell(view)]
+        model = model_cell(view, snap.pins.get(view.role), short=form == "short")
+        row: list[Any] = [view.role, model, str(view.steps), gauge(view, form != "wide"), compactions_cell(view)]
         if detailed:
             row.append(view.breaker)
         table.add_row(*row)
@@ -211,100 +224,31 @@ def compactions_cell(view: AgentView) -> str:
     return f"{n} ({', '.join(said)})" if said else f"{n}"
 
 
-def model_cell(view: AgentView, pin: PinnedModel | None) -> Text:
-    """The model an agent runs on: SIMULATED, or the pinned model id with its lifecycle when not active."""
+def model_cell(view: AgentView, pin: PinnedModel | None, short: bool = False) -> Text:
+    """The model an agent runs on: SIMULATED, or the pinned model id with its lifecycle when not active (``short``:
+    without the retirement date)."""
     if view.model == SIMULATED:
         return Text("SIMULATED", style="bold magenta")
     if pin is None:
         return Text(view.model or "-")
     if pin.lifecycle == "deprecated":
-        return Text.assemble(pin.id, (f" (deprecated, retires {pin.retires_at or '?'})", "yellow"))
+        when = "" if short else f", retires {pin.retires_at or '?'}"
+        return Text.assemble(pin.id, (f" (deprecated{when})", "yellow"))
     return Text(pin.id)
-
-
-def _dollars(value: float | None) -> str:
-    return "-" if value is None else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
-
-
-def spend_table(spend: RunSpend) -> Table:
-    """Tokens by kind and their cost: per agent, its iterations and its compactions; then the proving gates'
-    models, per iteration (issue 31: shown as the agents are). The cache writes are split by lifetime, since a
-    1-hour write costs 2x input and a 5-minute one 1.25x. Below ``WIDE`` columns: tokens in k and M, short
-    headers; the model column only where the table fits with it (the agents' table and the gates' note above
-    and below name the models too)."""
-    if narrow():
-        return _spend_table(spend, small=True, model=False)
-    table = _spend_table(spend, small=False, model=True)
-    unbounded = out.options.update(max_width=10**6)  # the width it wants, not the window's (a measure is capped)
-    if Measurement.get(out, unbounded, table).maximum > out.width:
-        table = _spend_table(spend, small=False, model=False)
-    return table
-
-
-def _spend_table(spend: RunSpend, small: bool, model: bool) -> Table:
-    number = _tokens_short if small else (lambda n: f"{n:,}")
-    headers = ("input", "w 5m", "w 1h", "read", "out", "cost", "saved") if small else \
-        ("input", "cache write 5m", "cache write 1h", "cache read", "output", "cost", "saved by cache")
-    title = "what the run spent" + (" (w 5m/1h: cache writes by lifetime, read: cache reads)" if small else "")
-    table = new_table("agent", *(("model",) if model else ()), *headers, keep=1, title=title, title_justify="left")
-
-    def add(label: str, name: str, part: Spend, **style: Any) -> None:
-        t = part.tokens
-        table.add_row(label, *((name,) if model else ()), number(t.input), number(t.cache_write),
-                      number(t.cache_write_1h), number(t.cache_read), number(t.output), _dollars(part.cost_usd),
-                      _dollars(part.saved_by_cache_usd), **style)
-
-    for agent in spend.agents.values():
-        add(agent.role, agent.model or "simulated", agent.total)
-        for n, part in agent.by_iteration.items():
-            add(f"  iteration {n}", "", part)
-        add(f"  {len(agent.per_compaction)} compaction(s)", "", agent.compactions)
-    for gate in spend.proving.values():
-        add(gate.label, "simulated" if gate.simulated else gate.model.split("/", 1)[-1], gate.total)
-        for n, part in gate.by_iteration.items():
-            add(f"  iteration {n}", "", part)
-    add("total", "", spend.total, style="bold")
-    return fit_first(table, 1)
-
-
-def _tokens_short(tokens: int) -> str:
-    """At most five characters up to a billion tokens (12.0k, 674k, 96.3M, 123M): seven columns fit 80."""
-    if tokens < 1_000_000:
-        return kilo(tokens) if tokens else "0"
-    return f"{tokens / 1_000_000:.1f}M" if tokens < 100_000_000 else f"{tokens // 1_000_000}M"
-
-
-def gates_spend_note(spend: RunSpend) -> Text | None:
-    """The proving gates' models by name, with their requests (the table has room for the id alone)."""
-    if not spend.proving:
-        return None
-    said = [f"{g.label} {g.model}{' (SIMULATED)' if g.simulated else ''}: {g.requests:,} requests"
-            for g in spend.proving.values()]
-    return Text("proving gates' models: " + "; ".join(said))
-
-
-def spend_note(spend: RunSpend) -> Text | None:
-    """Why a cost is missing, when it is."""
-    unpriced = [a for a in spend.agents.values() if not a.priced and a.total.tokens.output]
-    unpriced_gates = [g for g in spend.proving.values() if not g.priced and g.total.tokens.output]
-    if not unpriced and not unpriced_gates:
-        return None
-    if all(a.model is None for a in unpriced) and all(g.simulated for g in unpriced_gates):
-        return Text("the simulated model is not billed: tokens are shown, costs are not")
-    models = ", ".join(sorted({a.model for a in unpriced if a.model}
-                              | {g.model.split("/", 1)[-1] for g in unpriced_gates if not g.simulated}))
-    return Text(f"no price on file for {models}: add [prices.<model id>] (input, output, cache_write, cache_read "
-                "in $/MTok; cache_write_1h too, else 2x input) to scenario.toml", style="yellow")
 
 
 def iterations_table(root: Path, record: RunRecord) -> Table:
     """Each iteration's success rate and the gates' figures ('-': not measured), as its report.json says now
     (``as_reported``); the targets are ``targets_line``'s, what each iteration missed and its tryout go beneath
-    (``iteration_notes``)."""
-    small = narrow()  # at 80 columns: "iter", and passed/total left to `baton status --json`
+    (``iteration_notes``). Where the window is narrow: "iter", and passed/total left to `baton status --json`."""
+    reports = read_reports(root, record)
+    return fitted(lambda: _iterations_table(record, reports, small=False),
+                  lambda: _iterations_table(record, reports, small=True))
+
+
+def _iterations_table(record: RunRecord, reports: dict[int, ReportFile], small: bool) -> Table:
     table = new_table("iter" if small else "iteration", "success", *(() if small else ("passed",)), "floor",
                       "mutants", "solvable", "coverage", "dups", "findings", keep=1)
-    reports = read_reports(root, record)
     for judged in record.results:
         r = as_reported(judged, reports.get(judged.iteration))
         f = r.figures
@@ -396,59 +340,6 @@ def layers_table(role: str, assembled: Any, config: Any, last: AgentView | None 
     table.add_row("steps compressed / verbatim / trimmed",
                   f"{assembled.compressed_steps} / {assembled.verbatim_steps} / {assembled.trimmed_steps}")
     return table
-
-
-# ---- status --------------------------------------------------------------------------------
-
-
-def status_report(root: Path) -> None:
-    """``baton status NAME``: one scenario in detail, its agents' errors, warnings and log problems included."""
-    name = root.name
-    snap = Snapshot.read(root, detailed=True)
-    record = snap.record
-    if snap.simulated:
-        out.print(simulated_banner())
-    head = Text.assemble((name, "bold"), f": {where(record)}")
-    for n in damaged_reports(root, record):
-        head.append(f"; iteration {n}'s report.json is damaged", style="bold red")
-    out.print(head)
-    if record is not None:
-        say(Text(f"success rates: {rates(record)}, auto-approve {'on' if record.auto_approve else 'off'}, "
-                 f"updated {record.updated_at}"))
-        say(Text(targets_line(record)))
-        if record.last_error:
-            say(Text.assemble(("last error: ", "bold red"), record.last_error))
-        if record.status == "error":
-            say(Text(f"nothing runs it: fix the cause, then `baton resume {name}`"))
-        if moving(record):
-            say(activity_line(read_activity(snap), name))
-        if record.results:
-            out.print(iterations_table(root, record))
-            for line in iteration_notes(root, record):
-                say(line)
-    out.print(agents_table(snap, detailed=True))
-    spend = read_spend(root)
-    if spend.total.tokens.output:
-        out.print(spend_table(spend))
-        for note in (gates_spend_note(spend), spend_note(spend)):
-            if note is not None:
-                say(note)
-    problem = toml_problem(root)
-    if problem:
-        say(Text.assemble(("scenario.toml: ", "bold red"), problem))
-    for note in unconfined(root):
-        say(Text(note, style="bold red"))
-    for view in snap.agents.values():
-        if thinking := view.thinking.line():
-            say(Text(f"{view.role} {thinking}"))
-        if context := view.context.line():
-            say(Text(f"{view.role} {context}"))
-    for view in snap.agents.values():
-        for kind, entries in (("error", view.errors), ("warning", view.warnings), ("log problem", view.problems)):
-            for entry in entries:
-                say(event_line(view.role, kind, entry))
-    if record is not None and record.phase == "awaiting_approval":
-        say(Text(f"next: `baton approve {name}` or `baton reject {name} --feedback '...'`"))
 
 
 # ---- a run in progress, and its end ----------------------------------------------------------

@@ -30,6 +30,7 @@ from agents.events import (
 )
 from agents.pricing import Price, Tokens, price_for
 from agents.settings_layers import scenario_prices
+from agents.simulated import LABEL as SIMULATED_LABEL
 from proving.evaluation.exported import LOGS
 from proving.evaluation.solver import RECORD, SolverRecord
 from scenarios.folder import RECORD_BYTES, Folder
@@ -79,6 +80,7 @@ class AgentSpend(BaseModel):
     role: str
     model: str | None  # the pinned model id; None offline
     priced: bool
+    simulated: bool = False  # every step ran on the simulated model, which is not billed
     steps: Spend
     compactions: Spend
     total: Spend
@@ -115,9 +117,13 @@ def read_spend(root: Path) -> RunSpend:
     proving = _gate_spend(root, prices)
     parts = [a.total for a in agents.values()] + [g.total for g in proving.values()]
     total = sum((p.tokens for p in parts), Tokens())
-    costs = [p.cost_usd for p in parts if p.tokens != Tokens()]
+    # The simulated model (an agent whose steps all ran on it, a simulated gate) is not billed: it costs the total
+    # nothing, where a real model without a price leaves the total unknown.
+    billed = [a.total for a in agents.values() if not a.simulated] + \
+        [g.total for g in proving.values() if not g.simulated]
+    costs = [p.cost_usd for p in billed if p.tokens != Tokens()]
     cost = None if not costs or None in costs else sum(c for c in costs if c is not None)
-    saved = [p.saved_by_cache_usd for p in parts if p.saved_by_cache_usd is not None]
+    saved = [p.saved_by_cache_usd for p in billed if p.saved_by_cache_usd is not None]
     return RunSpend(agents=agents, proving=proving, total=Spend(tokens=total, cost_usd=cost,
                                                                 saved_by_cache_usd=sum(saved) if cost is not None
                                                                 else None))
@@ -190,7 +196,9 @@ def _agent_spend(root: Path, role: str, model: str | None, overrides: dict[str, 
                 by_iteration[iteration] = by_iteration.get(iteration, nothing) + call
             per_compaction.append(CompactionSpend(id=event.id, after_step=event.after_step, iteration=iteration,
                                                   fallback=event.fallback, spend=call))
+    models = {event.model for event in events if isinstance(event, StepEvent)}
     return AgentSpend(
-        role=role, model=model, priced=price is not None, steps=steps, compactions=compactions,
+        role=role, model=model, priced=price is not None, simulated=model is None and models == {SIMULATED_LABEL},
+        steps=steps, compactions=compactions,
         total=steps + compactions, by_iteration=dict(sorted(by_iteration.items())), per_compaction=per_compaction,
     )
