@@ -8,7 +8,8 @@ from pathlib import Path
 
 from proving.evaluation.errors import error_of, failed_at
 from proving.evaluation.gates import GateContext, ProvingSettings, prove
-from proving.evaluation.gold import contradictions, failing_actions, gold, unsupported_values
+from proving.evaluation.gold import contradictions, failed_when_imported, failing_actions, gold, unsupported_values
+from proving.evaluation.sources import DataIndex
 
 DATA = {
     "users": {"mia_1": {"name": {"first_name": "Mia", "last_name": "Garcia"}, "tier": "gold",
@@ -61,24 +62,37 @@ def test_a_literal_no_source_gives_is_unsupported_and_one_a_source_gives_or_comp
                               payment_method_id="credit_card_1", reason="customer asked"),
                           act("give_certificate", user_id="mia_1", amount=50)]}
     result = {"outputs": [DATA["orders"]["#W1"], {"status": "ok"}, {"status": "ok"}]}
-    found = unsupported_values(sample, result, "Refund to the original payment method.", DATA)
+    found = unsupported_values(sample, result, "Refund to the original payment method.", DataIndex(DATA))
     # credit_card_1 is nowhere an agent could read it; 42.5 is the items' sum; 50 is no figure of anything
     assert sorted(f.evidence.split(" = ")[0] for f in found) == ["amount", "payment_method_id"]
     assert all(f.defect == "unsupported_value" and f.category == "data" for f in found)
 
 
-def test_a_record_that_the_data_holds_otherwise_is_unsupported_unless_the_user_says_it():
+def test_a_value_no_source_gives_names_the_record_the_data_holds_otherwise():
     book = act("book_reservation", user_id="mia_1",
                passengers=[{"first_name": "Noah", "last_name": "Garcia", "dob": "1991-04-02"}])
     sample = {"id": "t3", "instruction": "I'm mia_1, book Noah Garcia (1991-04-02 per my profile) on it.",
               "actions": [act("get_user_details", user_id="mia_1"), book]}
     result = {"outputs": [DATA["users"]["mia_1"], {"status": "ok"}]}
-    assert unsupported_values(sample, result, "", DATA) == []  # the user says it: their word
+    assert unsupported_values(sample, result, "", DataIndex(DATA)) == []  # the user says it: their word
     sample["instruction"] = "I'm mia_1, book my saved passenger Noah Garcia on it."
-    result["outputs"][0] = {**DATA["users"]["mia_1"], "note": "1991-04-02"}  # an output mentions the value
-    found = unsupported_values(sample, result, "", DATA)
+    found = unsupported_values(sample, result, "", DataIndex(DATA))
     assert [f.evidence.split(":")[0] for f in found] == ["passengers[0].dob = '1991-04-02'"]
-    assert "1990-04-02" in found[0].evidence
+    assert "users.mia_1.saved_passengers[0].dob = '1990-04-02'" in found[0].evidence
+    # a value an earlier output gives (another order's address, say) is supported, whatever the record held
+    result["outputs"][0] = {**DATA["users"]["mia_1"], "other_order_dob": "1991-04-02"}
+    assert unsupported_values(sample, result, "", DataIndex(DATA)) == []
+
+
+def test_an_expected_action_the_import_left_out_as_failing_is_a_failing_action():
+    notes = ("expected action 2 return_delivered_order_items(order_id='#W1', item_ids=['I1'], "
+             "payment_method_id='gift_card_2') fails in the domain's own code: Payment method should be the original "
+             "payment method; tau2's replay goes on past it; left out (it changed nothing) its reward basis ...")
+    lookup = "expected action 0 find_user_id_by_email(email='x@example.com') fails in the domain's own code: User " \
+             "not found; tau2's replay goes on past it; left out (it changed nothing) "
+    found = failed_when_imported({"id": "task_7", "notes": lookup + notes})
+    assert [(f.defect, f.action[:30], f.evidence) for f in found] == [
+        ("failing_action", "3: return_delivered_order_item", "Payment method should be the original payment method")]
 
 
 def test_the_same_facts_and_request_with_opposite_decisions_is_a_contradiction():
@@ -87,10 +101,10 @@ def test_the_same_facts_and_request_with_opposite_decisions_is_a_contradiction()
     refuse = {"id": "b", "rules": ["R1"], "instruction": "Please cancel order #W2, I no longer need it.",
               "actions": [act("get_order", order_id="#W2"), act("transfer_to_human_agents", summary="x")]}
     other_ask = {**refuse, "id": "c", "instruction": "What is the weather on Mars tomorrow afternoon?"}
-    found = contradictions([grant, refuse, other_ask], DATA)
+    found = contradictions([grant, refuse, other_ask], DataIndex(DATA))
     assert [(f.sample, f.defect) for f in found] == [("b", "contradiction")]
     assert "a permits" in found[0].evidence and "b refuses" in found[0].evidence
-    assert contradictions([grant, {**refuse, "rules": ["R2"]}], DATA) == []
+    assert contradictions([grant, {**refuse, "rules": ["R2"]}], DataIndex(DATA)) == []
 
 
 def _folder(tmp_path: Path, samples, results, data=DATA) -> Path:

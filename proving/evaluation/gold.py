@@ -15,6 +15,7 @@ Each is an L4 finding: a sample's gold must change (or, when the policy is what 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,10 +24,11 @@ from proving.evaluation.errors import error_of, failed_at
 from proving.evaluation.gates import FunctionGate, GateContext, GateResult, Unavailable, register
 from proving.evaluation.purity import pure_tools
 from proving.evaluation.quality import Finding
-from proving.evaluation.sources import Sources, asked, contradicted, records_of, situation
+from proving.evaluation.sources import DataIndex, Sources, asked, held_otherwise, situation
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import Layout
 
+IMPORT_FAILED = re.compile(r"expected action (\d+) (\w+)\((.*?)\) fails in the domain's own code: (.*?); ")
 SIMILAR = 0.5  # the share of words two requests have in common (ids, numbers left out) to be the same request
 
 
@@ -69,9 +71,26 @@ def failing_actions(sample: Mapping[str, Any], result: Mapping[str, Any] | None,
     return found
 
 
+def failed_when_imported(sample: Mapping[str, Any], pure: frozenset[str] = frozenset()) -> list[Finding]:
+    """A finding per expected action the import found failing in the benchmark's own code and left out (it
+    changed nothing, so the sample's state is the same): ``baton import`` names each in the sample's notes, as
+    "expected action N tool(args) fails in the domain's own code: MESSAGE; ..." (docs/import.md). A lookup that
+    fails is left alone: a benchmark's gold may try a wrong email first, as its user would."""
+    notes = sample.get("notes")
+    if not isinstance(notes, str):
+        return []
+    return [Finding.of("gold", "L4", f"expected action {m.group(1)}: {m.group(2)}({m.group(3)}) fails in the "
+                       "benchmark's own code (the import left it out, since it changed nothing): the gold asks for "
+                       "something the tools refuse; correct the action or its arguments, or expect the refusal",
+                       sample=str(sample.get("id")), defect="failing_action",
+                       action=f"{int(m.group(1)) + 1}: {m.group(2)}({m.group(3)})", evidence=m.group(4)[:300])
+            for m in IMPORT_FAILED.finditer(notes) if changes_state({"tool": m.group(2)}, pure)]
+
+
 def unsupported_values(sample: Mapping[str, Any], result: Mapping[str, Any] | None, policy: str,
-                       data: Any, pure: frozenset[str] = frozenset()) -> list[Finding]:
-    """A finding per literal of an expected state-changing action no source gives, or the data contradicts."""
+                       data: DataIndex, pure: frozenset[str] = frozenset()) -> list[Finding]:
+    """A finding per literal of an expected state-changing action no source gives; where a record the action
+    names holds it otherwise, the evidence says so."""
     outputs = list((result or {}).get("outputs") or [])
     sources = Sources.of(sample, policy, data)
     found = []
@@ -84,12 +103,12 @@ def unsupported_values(sample: Mapping[str, Any], result: Mapping[str, Any] | No
         for path, value in _literals(args):
             if sources.gives(value):
                 continue
+            why = ("neither the opening, the user's facts, the policy nor an earlier call's output gives it (nor "
+                   "arithmetic over their numbers)")
+            otherwise = held_otherwise(args, data.records_of(args), path, value)
             found.append(_unsupported(sample, index, action, path, value,
-                                      "neither the opening, the user's facts, the policy nor an earlier call's "
-                                      "output gives it (nor arithmetic over their numbers)"))
-        for path, value, where in contradicted(args, records_of(args, data), sources):
-            found.append(_unsupported(sample, index, action, path, value, f"the data it refers to says otherwise: "
-                                      f"{where}"))
+                                      why + (f", and the data it refers to holds otherwise: {otherwise}"
+                                             if otherwise else "")))
     return found
 
 
@@ -117,7 +136,7 @@ def _literals(value: Any, path: str = "") -> list[tuple[str, Any]]:
     return []
 
 
-def contradictions(samples: list[dict[str, Any]], data: Any) -> list[Finding]:
+def contradictions(samples: list[dict[str, Any]], data: DataIndex) -> list[Finding]:
     """A finding per sample that an earlier one matches in situation (rules cited, records named, up to renaming)
     and in what the user asks (most of its words), with the opposite decision (one grants, the other refuses)."""
     earlier: dict[Any, list[tuple[str, str, set[str]]]] = {}
@@ -147,14 +166,14 @@ def gold(ctx: GateContext) -> GateResult:
     if not read.records:
         raise Unavailable("no results.jsonl in the iteration: the evaluation has not run on it")
     results = {str(r.get("id")): r for r in read.records if isinstance(r, dict)}
-    data = folder.read_json_or_none(ctx.out_dir / "tools" / "data.json", RECORD_BYTES * 4)
+    data = DataIndex(folder.read_json_or_none(ctx.out_dir / "tools" / "data.json", RECORD_BYTES * 4))
     policy = "\n\n".join(folder.read_text_or(p, "", RECORD_BYTES)
                          for p in folder.glob(layout.design, "*.md", kinds=("file",)))
     pure = pure_tools(ctx.root, ctx.out_dir / "tools")
     findings: list[Finding] = []
     for sample in ctx.samples:
         result = results.get(str(sample.get("id")))
-        findings += failing_actions(sample, result, pure)
+        findings += failing_actions(sample, result, pure) + failed_when_imported(sample, pure)
         findings += unsupported_values(sample, result, policy, data, pure)
         ctx.sample_done()
     findings += contradictions(ctx.samples, data)

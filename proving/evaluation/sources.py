@@ -16,12 +16,13 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from proving.export.runtime.users import normal, says_value
+from proving.export.runtime.users import _found, normal, value_forms  # _found: says_value on a normal text
 
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]\d)")
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 ID_LIKE = re.compile(r"^#?(?=.*\d)[A-Za-z0-9][\w\-.]*$")  # O1001, #W2378156, credit_card_1, mia_garcia_4516
-MAX_NODES = 200_000
+MAX_NODES = 200_000  # a record, an output
+DATA_NODES = 5_000_000  # the whole data, indexed once (a benchmark's database: a few hundred thousand)
 MAX_NUMBERS = 300
 FREE = frozenset({0, 1})  # a count of one, nothing: defaults no source needs to give
 CENT = 0.005
@@ -62,45 +63,72 @@ def _sums(value: Any) -> list[float]:
     return list(by_key.values())
 
 
-class Sources:
-    """What an agent could know before one action of a sample: texts, and numbers to combine."""
+class DataIndex:
+    """The initial data read once for every sample: each id-like text's places (the value under a key equal to it,
+    and each object with a field equal to it), and, for samples whose gold leaves its lookups out, every text it
+    holds (what those lookups would give)."""
 
-    def __init__(self, texts: list[str], numbers: list[float], known: frozenset[str],
+    def __init__(self, data: Any) -> None:
+        self.places: dict[str, dict[str, Any]] = {}
+        self.texts: set[str] = set()
+        if not isinstance(data, Mapping):
+            return
+        for path, node in walk(data, budget=[DATA_NODES]):
+            if isinstance(node, str | int | float) and not isinstance(node, bool):
+                self.texts.add(normal(str(node)))
+            if not isinstance(node, Mapping):
+                continue
+            for key, item in node.items():
+                if isinstance(key, str) and ID_LIKE.match(key):
+                    self.places.setdefault(key, {}).setdefault(f"{path}.{key}" if path else key, item)
+                if isinstance(item, str) and ID_LIKE.match(item):
+                    self.places.setdefault(item, {}).setdefault(path, node)
+
+    def records_of(self, args: Any) -> list[tuple[str, Any]]:
+        """The records an action's identifiers name ((path, record), each once)."""
+        ids = [v for _, v in walk(args) if isinstance(v, str) and ID_LIKE.match(v) and not DATE.match(v)]
+        found: dict[str, Any] = {}
+        for value in dict.fromkeys(ids):
+            found.update(self.places.get(value, {}))
+        return list(found.items())
+
+
+class Sources:
+    """What an agent could know before one action of a sample: texts (kept in their normal form), and numbers to
+    combine."""
+
+    def __init__(self, texts: list[str], numbers: list[float], known: set[str] | frozenset[str],
                  user: list[str] | None = None) -> None:
-        self.texts = [t for t in texts if t]
-        self.user = [t for t in user or [] if t]  # what the user says or holds: its word on a value wins
+        self.texts = [normal(t) for t in texts if t]
+        self.user = [normal(t) for t in user or [] if t]  # what the user says or holds: its word on a value wins
         self.numbers = numbers
-        self.known = known  # normal forms of the data's texts, when the sample's lookups are left out
+        self.known = known  # the data's texts, when the sample's lookups are left out
         self._combined: set[float] | None = None
 
     @classmethod
-    def of(cls, sample: Mapping[str, Any], policy: str, data: Any) -> Sources:
+    def of(cls, sample: Mapping[str, Any], policy: str, index: DataIndex) -> Sources:
         user = sample.get("user") if isinstance(sample.get("user"), Mapping) else {}
         facts = user.get("facts") if isinstance(user.get("facts"), Mapping) else {}
-        texts = [str(sample.get("instruction") or ""), str(user.get("goal") or ""), policy,
-                 *(str(v) for v in facts.values())]
-        numbers = [n for t in texts for n in _numbers(t)]
-        known: frozenset[str] = frozenset()
-        if sample.get("lookups_omitted") and data is not None:
-            # The gold leaves out the lookups that give its ids: what the data holds is what those lookups give.
-            known = frozenset(normal(str(v)) for _, v in walk(data) if isinstance(v, str | int | float))
-        return cls(texts, numbers, known, [texts[0], texts[1], *texts[3:]])
+        said = [str(sample.get("instruction") or ""), str(user.get("goal") or ""), *(str(v) for v in facts.values())]
+        numbers = [n for t in [*said, policy] for n in _numbers(t)]
+        # The gold leaves out the lookups that give its ids: what the data holds is what those lookups give.
+        known = index.texts if sample.get("lookups_omitted") else frozenset()
+        return cls([*said, policy], numbers, known, said)
 
     def said_by_user(self, value: Any) -> bool:
-        return any(says_value(t, value) for t in self.user)
+        return any(_found_value(t, value) for t in self.user)
 
     def add_output(self, output: Any) -> None:
-        self.texts.append(json.dumps(output, ensure_ascii=False, default=str))
+        self.texts.append(normal(json.dumps(output, ensure_ascii=False, default=str)))
         self.numbers += _numbers(output) + _sums(output)
         self._combined = None
 
     def gives(self, value: Any) -> bool:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return value in FREE or any(abs(value - n) < CENT for n in self.combined())
-        text = str(value)
-        if normal(text) in self.known:
+        if normal(str(value)) in self.known:
             return True
-        return any(says_value(t, text) for t in self.texts)
+        return any(_found_value(t, value) for t in self.texts)
 
     def combined(self) -> set[float]:
         """The numbers, and every sum, difference, product and ratio of two of them (rounded to the cent)."""
@@ -118,50 +146,30 @@ class Sources:
         return self._combined
 
 
-def records_of(args: Mapping[str, Any], data: Any) -> list[tuple[str, Any]]:
-    """The records of the data an action's identifiers name: the value under a key equal to one, and each object
-    with a field equal to one ((path, record), each once)."""
-    ids = {v for _, v in walk(args) if isinstance(v, str) and ID_LIKE.match(v) and not DATE.match(v) and len(v) >= 2}
-    if not ids or not isinstance(data, Mapping):
-        return []
-    found: dict[str, Any] = {}
-    for path, node in walk(data):
-        if isinstance(node, Mapping):
-            for key, item in node.items():
-                if isinstance(key, str) and key in ids:
-                    found.setdefault(f"{path}.{key}" if path else key, item)
-            if any(isinstance(item, str) and item in ids for item in node.values()):
-                found.setdefault(path, node)
-    return list(found.items())
+def _found_value(said: str, value: Any) -> bool:
+    """``says_value`` on a text already in its normal form."""
+    return any(_found(said, form) for form in value_forms(value))
 
 
-def contradicted(args: Mapping[str, Any], records: list[tuple[str, Any]],
-                 sources: Sources) -> list[tuple[str, Any, str]]:
-    """(argument path, value, where the data says otherwise) for each field of a record-like argument that a
-    record of the data matches on another field but holds otherwise, and that the user's opening does not say."""
-    found = []
-    for arg_path, arg in walk(args):
-        if not isinstance(arg, Mapping):
-            continue
-        scalars = {k: v for k, v in arg.items() if isinstance(v, str | int | float) and not isinstance(v, bool)}
-        if len(scalars) < 2:
-            continue
-        for where, record in records:
-            for path, node in walk(record, where):
-                if not isinstance(node, Mapping):
-                    continue
-                shared = [k for k in scalars if k in node and isinstance(node[k], str | int | float)]
-                same = [k for k in shared if node[k] == scalars[k] and isinstance(node[k], str) and len(node[k]) > 1]
-                other = [k for k in shared if node[k] != scalars[k]]
-                if not same or not other or len(shared) < 2:
-                    continue
-                for key in other:
-                    if sources.said_by_user(scalars[key]):
-                        continue
-                    at = f"{arg_path}.{key}" if arg_path else key
-                    found.append((at, scalars[key], f"{path}.{key} = {node[key]!r} (the record whose "
-                                  f"{same[0]} is {node[same[0]]!r})"))
-    return list({(a, repr(v)): (a, v, w) for a, v, w in found}.values())
+def held_otherwise(args: Mapping[str, Any], records: list[tuple[str, Any]], path: str, value: Any) -> str | None:
+    """Where a record the action names holds another value for the argument at ``path``, in a record that matches
+    the argument's record on another field ("users.u1.saved_passengers[0].dob = '1990-04-02' (the record whose
+    first_name is 'Noah')"); None when none does. Evidence for a value no source gives."""
+    parent_path, _, key = path.rpartition(".")
+    parent: Any = args
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", parent_path):
+        parent = parent[int(part[1:-1])] if part.startswith("[") and isinstance(parent, list) else (
+            parent.get(part) if isinstance(parent, Mapping) else None)
+    if not isinstance(parent, Mapping):
+        return None
+    for where, record in records:
+        for at, node in walk(record, where):
+            if not isinstance(node, Mapping) or key not in node or node[key] == value:
+                continue
+            same = [k for k, v in parent.items() if k != key and isinstance(v, str) and len(v) > 1 and node.get(k) == v]
+            if same:
+                return f"{at}.{key} = {node[key]!r} (the record whose {same[0]} is {node[same[0]]!r})"
+    return None
 
 
 def canonical(value: Any, names: dict[str, str]) -> Any:
@@ -175,14 +183,14 @@ def canonical(value: Any, names: dict[str, str]) -> Any:
     return value
 
 
-def situation(sample: Mapping[str, Any], data: Any) -> tuple[Any, ...] | None:
+def situation(sample: Mapping[str, Any], index: DataIndex) -> tuple[Any, ...] | None:
     """What decides a sample, up to renaming: the rules it cites and the records its actions name. None when it
     names none (nothing to compare)."""
     names: dict[str, str] = {}
     records = []
     for action in sample.get("actions") or []:
         if isinstance(action, Mapping) and isinstance(action.get("args"), Mapping):
-            for _, record in records_of(action["args"], data):
+            for _, record in index.records_of(action["args"]):
                 records.append(canonical(record, names))
     if not records:
         return None
