@@ -186,3 +186,14 @@ def test_export_with_a_deep_chain_in_tools_says_which_bound(finished_run, tmp_pa
     assert "RecursionError" not in text and "unexpected" not in text
     assert done.returncode == 2 and f"{trees.MAX_DEPTH} folders deep" in text, text
     assert not out.exists()
+
+
+def test_export_with_a_deeply_nested_data_file_says_so(finished_run, tmp_path):
+    root = finished_run.copy_to(tmp_path / "scenarios")
+    data = root / "execution_outputs" / "iteration_2" / "tools" / "data.json"
+    data.write_text('{"orders": {}, "deep": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    out = tmp_path / "export"
+    done = baton(root, "export", "refund_desk", "--to", "inspect", "--out", str(out), timeout=120)
+    text = done.stdout + done.stderr
+    assert "RecursionError" not in text and "unexpected" not in text
+    assert done.returncode == 2 and "nested deeper than" in text, text

@@ -34,7 +34,7 @@ from proving.export import docker_files
 from proving.export.facts import ScenarioFacts
 from proving.export.tool_specs import ToolSpecError, tool_specs
 from scenarios.folder import RECORD_BYTES, Folder
-from scenarios.store import Layout, StoreError
+from scenarios.store import Layout, StoreError, load_json
 
 FORMAT = "baton-inspect-export/1"
 RUNTIME = Path(__file__).with_name("runtime")
@@ -192,7 +192,7 @@ def _samples(scenario: Folder, folder: Path) -> list[dict[str, Any]]:
 def _initial_data(scenario: Folder, folder: Path) -> dict[str, Any]:
     path = folder / "tools" / "data.json"
     try:
-        data = json.loads(scenario.read_bytes(path))
+        data = load_json(scenario.read_bytes(path))  # nesting bounded: a 200,000-deep file is an error, not a crash
     except (OSError, ValueError) as exc:  # StoreError is a ValueError: a link or FIFO is refused
         raise ExportError(f"{path} cannot be read as JSON ({exc})") from None
     if not isinstance(data, dict):
