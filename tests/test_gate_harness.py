@@ -109,7 +109,7 @@ def test_a_failed_call_leaves_the_data_as_it_was_and_the_data_is_what_json_gives
     before = child_runs.fingerprint(data)
     data["escalations"].append({"order_id": "O9"})  # a call that wrote, then raised
     data["orders"]["O1"]["status"] = "refunded"
-    keys = child_runs.changed(before, child_runs.fingerprint(data))
+    keys = child_runs.changed(before, child_runs.fingerprint(data, before))
     assert keys == [("escalations",), ("orders", "O1")]
     child_runs.restore(data, before, keys)
     assert data == DATA and child_runs.fingerprint(data) == before

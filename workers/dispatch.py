@@ -26,6 +26,7 @@ from workers import loop
 from workers.app import BROKER_ENVS, QUEUES, broker_url, broker_variable, mask_url, url_problem
 from workers.errors import CliError, broker_help
 from workers.exclusion import workers_excluded
+from workers.gate_progress import GateLine
 from workers.interrupt import EXIT_INTERRUPTED
 from workers.readmodel import SIMULATED
 from workers.render import Progress, say, summary
@@ -123,8 +124,14 @@ def run_here(root: Path, move: Move, profile: str | None) -> bool:
                 team = loop.Team(root, profile=profile)
                 simulated = any(team[role].model.label == SIMULATED for role in AGENTS)
                 with Progress(root, simulated) as progress:
+                    gates = GateLine(root)  # samples done per gate while the iteration is proved
+
+                    def shown(*done: object) -> None:
+                        progress.refresh()
+                        gates.show()
+
                     try:
-                        run_embedded(tasks, team, on_task=progress.refresh)
+                        run_embedded(tasks, team, on_task=shown)
                     except KeyboardInterrupt:
                         return False
                     finally:
@@ -172,9 +179,11 @@ def follow_disk(root: Path) -> bool:
     """Poll the disk until the run stops; False if the user stopped following (Ctrl-C)."""
     with Progress(root, simulated=False) as progress:  # the first step event tells whether it is simulated
         last, quiet_since, hinted = None, time.monotonic(), False
+        gates = GateLine(root)
         try:
             while True:
                 snap = progress.refresh()
+                gates.show()
                 record = snap.record
                 if record is None or record.finished or record.phase == "awaiting_approval":
                     return True

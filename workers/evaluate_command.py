@@ -25,6 +25,7 @@ from scenarios.run import IterationResult, Judged, claim_run, load_run, now, sav
 from scenarios.store import Layout
 from workers import loop
 from workers.errors import CliError, guarded
+from workers.gate_progress import EvaluateLine
 from workers.render import figures_line, moving, new_table, out, say
 from workers.targets import figure_summary, unmet_targets
 
@@ -78,7 +79,7 @@ def evaluate(
 
 def run_gates(root: Path, iteration: int, settings: ProvingSettings) -> Quality:
     """The configured gates on the iteration just evaluated; their quality written into its report.json."""
-    quality = prove(root, iteration, settings)
+    quality = prove(root, iteration, settings, on_progress=EvaluateLine())
     report = loop.raw_report(root, iteration)
     loop.write_quality(root, iteration, {k: v for k, v in report.items() if k != "quality"}, quality, claim_run(root))
     return quality

@@ -440,11 +440,15 @@ def main(argv: list[str]) -> int:
 
 
 def run_job(job: dict[str, Any]) -> int:
-    if job.get("mode") == "runs":  # the deterministic gates' runs of one sample: child_runs.py, beside this file
-        spec = importlib.util.spec_from_file_location("baton_child_runs", Path(__file__).with_name("child_runs.py"))
+    # The gates' work on one sample, in a module beside this file: the deterministic runs (child_runs.py) and the
+    # policy's predicates (child_policy.py).
+    beside = {"runs": "child_runs", "policy": "child_policy"}.get(str(job.get("mode")))
+    if beside is not None:
+        spec = importlib.util.spec_from_file_location(f"baton_{beside}", Path(__file__).with_name(f"{beside}.py"))
         if spec is None or spec.loader is None:
-            raise ImportError("cannot load child_runs.py")
+            raise ImportError(f"cannot load {beside}.py")
         runs = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = runs  # dataclasses look their module up while it is executed
         spec.loader.exec_module(runs)
         return int(runs.run(job, sys.modules[__name__]))
     runner = Runner(job)

@@ -27,16 +27,29 @@ import copy
 import json
 import marshal
 import os
+import resource
 import select
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DICT = b"\x00baton:dict"  # an entry that is a top-level object: its values are entries of their own
 MISSING = object()
 EXITED_AFTER_RESULT = 0
+
+
+@dataclass(frozen=True)
+class Top:
+    """A top-level object's bytes as a whole (one C-speed ``marshal`` of it) and its values' bytes: a table no call
+    touched is told by its whole, without a look at its rows."""
+
+    whole: Any
+    rows: dict[Any, Any]
+
+
+Prints = dict[Any, Any]  # top-level key -> its bytes, or a Top
 
 
 def load_beside(name: str) -> Any:
@@ -65,23 +78,43 @@ def _pack(value: Any) -> Any:
         return object()
 
 
-def fingerprint(data: dict[Any, Any]) -> dict[tuple[Any, ...], Any]:
-    found: dict[tuple[Any, ...], Any] = {}
+def fingerprint(data: dict[Any, Any], previous: Prints | None = None) -> Prints:
+    """The bytes of ``data``'s entries; a top-level object whose whole is as in ``previous`` keeps its rows."""
+    found: Prints = {}
     for key, value in data.items():
         if type(value) is dict:
-            found[(key,)] = DICT
-            for inner, item in value.items():
-                found[(key, inner)] = _pack(item)
+            whole = _pack(value)
+            before = previous.get(key) if previous else None
+            if isinstance(before, Top) and before.whole == whole:
+                found[key] = before
+            else:
+                found[key] = Top(whole, {inner: _pack(item) for inner, item in value.items()})
         else:
-            found[(key,)] = _pack(value)
+            found[key] = _pack(value)
     return found
 
 
-def changed(before: dict[tuple[Any, ...], Any], after: dict[tuple[Any, ...], Any]) -> list[tuple[Any, ...]]:
-    """The entries whose bytes differ, the top-level ones first (in ``after``'s order, then those gone)."""
-    keys = [k for k in after if before.get(k, MISSING) is not after[k] and before.get(k, MISSING) != after[k]]
-    keys += [k for k in before if k not in after]
-    return sorted(keys, key=len)
+def changed(before: Prints, after: Prints) -> list[tuple[Any, ...]]:
+    """The entries whose bytes differ: ``(key,)`` for a top-level value (or its kind), ``(key, row)`` for a value of
+    a top-level object; the top-level ones first."""
+    tops: list[tuple[Any, ...]] = []
+    rows: list[tuple[Any, ...]] = []
+    for key in [*after, *(k for k in before if k not in after)]:
+        old, new = before.get(key, MISSING), after.get(key, MISSING)
+        if old is new:
+            continue
+        if isinstance(old, Top) and isinstance(new, Top):
+            if old.whole != new.whole:
+                rows += [(key, r) for r in new.rows if old.rows.get(r, MISSING) != new.rows[r]]
+                rows += [(key, r) for r in old.rows if r not in new.rows]
+            continue
+        if old == new:
+            continue
+        tops.append((key,))
+        for side in (old, new):
+            if isinstance(side, Top):
+                rows += [(key, r) for r in side.rows if (key, r) not in rows]
+    return tops + rows
 
 
 def _get(data: dict[Any, Any], key: tuple[Any, ...]) -> Any:
@@ -92,11 +125,11 @@ def _get(data: dict[Any, Any], key: tuple[Any, ...]) -> Any:
 
 
 def _put(data: dict[Any, Any], key: tuple[Any, ...], value: Any) -> None:
-    """Set (or, with MISSING, remove) an entry; a top-level object's marker makes it an object if it is not."""
+    """Set (or, with MISSING, remove) an entry; a Top makes its key an object if it is not one."""
     if len(key) == 1:
         if value is MISSING:
             data.pop(key[0], None)
-        elif value is DICT:
+        elif isinstance(value, Top):
             if type(data.get(key[0])) is not dict:
                 data[key[0]] = {}
         else:
@@ -111,14 +144,21 @@ def _put(data: dict[Any, Any], key: tuple[Any, ...], value: Any) -> None:
         parent[key[1]] = value
 
 
-def restore(data: dict[Any, Any], before: dict[tuple[Any, ...], Any], keys: list[tuple[Any, ...]]) -> None:
+def _old(before: Prints, key: tuple[Any, ...]) -> Any:
+    top = before.get(key[0], MISSING)
+    if len(key) == 1:
+        return top
+    return top.rows.get(key[1], MISSING) if isinstance(top, Top) else MISSING
+
+
+def restore(data: dict[Any, Any], before: Prints, keys: list[tuple[Any, ...]]) -> None:
     """Put the entries ``keys`` back as ``before`` holds them (a failed call's effects undone)."""
     for key in keys:
-        old = before.get(key, MISSING)
-        _put(data, key, old if old is MISSING or old is DICT else marshal.loads(old))
+        old = _old(before, key)
+        _put(data, key, old if old is MISSING or isinstance(old, Top) else marshal.loads(old))
 
 
-def normalise(data: dict[Any, Any], keys: list[tuple[Any, ...]], now: dict[tuple[Any, ...], Any]) -> str | None:
+def normalise(data: dict[Any, Any], keys: list[tuple[Any, ...]], now: Prints) -> str | None:
     """Make the changed entries what JSON gives back (tuples lists, int keys strings), as the export's next call
     receives its data, and ``now`` their bytes; why the data cannot be JSON, if it cannot (then nothing is
     changed)."""
@@ -137,16 +177,17 @@ def normalise(data: dict[Any, Any], keys: list[tuple[Any, ...]], now: dict[tuple
                 made[key] = json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
     except (TypeError, ValueError, RecursionError) as exc:
         return f"the tools left a value in data that is not JSON-serialisable ({exc})"
+    touched = set()
     for key, value in made.items():
-        _put(data, key, value)
-        if type(value) is dict and len(key) == 1:  # an object of another kind became a plain one: its entries
-            now.update(fingerprint({key[0]: value}))
-        else:
-            now[key] = _pack(value)
+        if _pack(value) != _pack(_get(data, key)):  # JSON gave back another value: its bytes are new
+            _put(data, key, value)
+            touched.add(key[0])
+    if touched:
+        now.update(fingerprint({k: data[k] for k in touched if k in data}))
     return None
 
 
-def delta(base: dict[tuple[Any, ...], Any], data: dict[Any, Any], now: dict[tuple[Any, ...], Any]) -> dict[str, Any]:
+def delta(base: Prints, data: dict[Any, Any], now: Prints) -> dict[str, Any]:
     """What changed from ``base`` (the sample's data) to ``data`` (whose entries' bytes are ``now``), as JSON:
     entries set, top-level objects made, and entries gone."""
     keys = changed(base, now)
@@ -227,7 +268,7 @@ class Sample:
         self.limit_s = float(job["call_timeout_s"])
         self.work = Path(job["result_path"]).parent
         self.data: dict[str, Any] = {}
-        self.base: dict[tuple[Any, ...], Any] = {}
+        self.base: Prints = {}
         self.count = 0
 
     def file(self, name: str) -> Path:
@@ -259,13 +300,13 @@ class Sample:
         """In a fork: make ``calls[start:]`` on the data with ``change`` put in, writing after each call what was
         made and what changed so far to ``out`` (so a call that ends the process costs only itself)."""
         data = apply(self.data, change) if change else self.data  # in this fork: its own, copy-on-write
-        now = fingerprint(data)
+        now = fingerprint(data, self.base) if change else self.base
         made: list[dict[str, Any]] = []
         signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a call past its limit ends this process: the next goes on
         for call in calls[start:]:
             signal.setitimer(signal.ITIMER_REAL, self.limit_s)
             output, error = self.call(call, data)
-            after = fingerprint(data)
+            after = fingerprint(data, now)
             keys = changed(now, after)
             if error is None and keys:
                 error = normalise(data, keys, after)
@@ -380,6 +421,9 @@ class Sample:
             result["runs"][run["id"]] = {"calls": made, "differences": differences, "verdicts": verdicts,
                                          "problem": problem}
         result["completed"] = True
+        mine, forks = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        result["cpu_s"] = mine.ru_utime + mine.ru_stime + forks.ru_utime + forks.ru_stime  # for the benches
+        result["peak_kb"] = max(mine.ru_maxrss, forks.ru_maxrss)
         self.cm.write_json(self.job["result_path"], result)
         return 0
 

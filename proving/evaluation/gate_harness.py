@@ -59,13 +59,18 @@ class SampleRuns(BaseModel):
     completed: bool = False
     reference_error: str | None = None
     runs: dict[str, RunResult] = Field(default_factory=dict)
+    cpu_s: float = 0.0  # the sample's process and its forks, as it says (a figure for benches, nothing decides on it)
+    peak_kb: int = 0
 
 
 class Accounting:
-    """What the harness started: one process per sample, whatever its runs and calls (a test reads it)."""
+    """What the harness started: one process per sample, whatever its runs and calls (a test reads it), and
+    what those processes said they used (bench/gates_workers.py reads it)."""
 
     sample_processes = 0
     runs = 0
+    cpu_s = 0.0
+    peak_kb = 0
 
 
 def tool_schemas(ctx: GateContext) -> list[dict[str, Any]]:
@@ -170,6 +175,8 @@ def run_sample(root: Path, parts: tuple[str, ...] | list[str], sample: dict[str,
         why = done.problem or ("timed out" if done.timed_out else f"exit {done.returncode}: "
                                f"{(done.stderr_tail.strip().splitlines() or ['no output'])[-1]}")
         raise RuntimeError(f"sample {sample['id']}'s runs left no result ({why})")
+    Accounting.cpu_s += result.cpu_s
+    Accounting.peak_kb = max(Accounting.peak_kb, result.peak_kb)
     if result.reference_error:
         raise RuntimeError(f"replaying sample {sample['id']}'s expected actions failed ({result.reference_error}): "
                            "the export is broken")

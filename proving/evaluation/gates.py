@@ -179,13 +179,36 @@ register(FunctionGate("coverage", _coverage))
 register(FunctionGate("duplicate", _duplicates))
 
 
-def prove(root: Path, iteration: int, settings: ProvingSettings | None = None) -> Quality:
+Progress = Callable[[str, int, int], None]  # (gate, samples done, samples in all)
+
+
+def prove(root: Path, iteration: int, settings: ProvingSettings | None = None,
+          on_progress: Progress | None = None) -> Quality:
     """Run every configured gate on ``execution_outputs/iteration_<n>``, each whole, in this process; the quality
-    that report.json carries. (The loop runs them as tasks by shard: proving/evaluation/gate_shards.py.)"""
+    that report.json carries. (The loop runs them as tasks by shard: proving/evaluation/gate_shards.py.)
+    ``on_progress`` is told each sample a gate has done, and each gate's end."""
     settings = settings or ProvingSettings()
     load_gates()
     ctx = GateContext.load(root, iteration, settings)
-    return assemble(settings, {name: attempt(name, lambda gate: gate.run(ctx)) for name in settings.gates})
+    total = len(ctx.samples)
+
+    def run(gate: Gate) -> GateResult:
+        done = [0]
+
+        def sample_done() -> None:
+            done[0] += 1
+            if on_progress is not None:
+                on_progress(gate.name, done[0], total)
+
+        ctx.on_sample = sample_done
+        try:
+            return gate.run(ctx)
+        finally:
+            ctx.on_sample = None
+            if on_progress is not None:
+                on_progress(gate.name, total, total)
+
+    return assemble(settings, {name: attempt(name, run) for name in settings.gates})
 
 
 def attempt(name: str, body: Callable[[Gate], Any]) -> Any:
