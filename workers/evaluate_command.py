@@ -131,8 +131,11 @@ def judge_again(root: Path, iteration: int, report: dict[str, Any], quality: Qua
 def show_quality(root: Path, iteration: int, quality: Quality) -> None:
     summary = figure_summary(quality)
     say(Text(f"gates: {', '.join(quality.ran) or 'none ran'}; " + figures_line(summary)))
-    for gate, why in quality.skipped.items():
-        say(Text(f"  {gate} did not run: {why}", style="yellow"))
+    stopped: dict[str, list[str]] = {}
+    for gate, why in quality.skipped.items():  # one reason (Inspect missing) often stops several gates
+        stopped.setdefault(why, []).append(gate)
+    for why, names in stopped.items():
+        say(Text(f"  {', '.join(names)} did not run: {why}", style="yellow"))
     if quality.findings:
         table = new_table("gate", "defect", "class", "sample", "rule", "finding")
         for finding in quality.findings:

@@ -29,7 +29,8 @@ from workers.readmodel import (
     Snapshot,
     read_reports,
 )
-from workers.targets import figure_summary
+from workers.repeats import Repeated, grouped, shape
+from workers.targets import RUNNABLE, figure_summary, without_reasons
 
 ACTORS = {"designing": " (Init)", "executing": " (Execute)", "proving": " (the gates)",
           "awaiting_approval": " (your turn)"}
@@ -307,20 +308,43 @@ def iteration_notes(root: Path, record: RunRecord) -> list[Text]:
     """Under the iterations table: what each iteration missed, gates that did not run, tryouts, the reports."""
     lines: list[Text] = []
     reports = read_reports(root, record)
+    stopped: dict[str, dict[str, list[int]]] = {}  # why -> gate -> iterations: each reason said once, beneath
     for r in record.results:
         lines += report_notes(root.name, r, reports.get(r.iteration))
+        skipped = r.figures.get("skipped") or {}
         if r.unmet:
-            lines.append(Text(f"iteration {r.iteration} missed: {'; '.join(r.unmet)}", style="yellow"))
-        for gate, why in (r.figures.get("skipped") or {}).items():
-            lines.append(Text(f"iteration {r.iteration}: the {gate} gate did not run ({why})", style="yellow"))
+            missed = "; ".join(without_reasons(u, skipped) for u in r.unmet)
+            lines.append(Text(f"iteration {r.iteration} missed: {missed}", style="yellow"))
+        for gate, why in skipped.items():
+            stopped.setdefault(why, {}).setdefault(gate, []).append(r.iteration)
         if r.figures.get("solver"):
             lines.append(Text(f"iteration {r.iteration} solver: {r.figures['solver']}"))
         if tryout := read_tryout(root, r.iteration):
             lines.append(Text(f"iteration {r.iteration} tryout (baton try): {tryout.summary()}"))
+    lines += [Text(gates_stopped(gates, why), style="yellow") for why, gates in stopped.items()]
     found = [f.path for f in reports.values() if f.state == "ok"]
     if found:
         lines.append(Text(f"reports: {', '.join(map(str, found))}", style="dim"))
     return lines
+
+
+def gates_stopped(gates: dict[str, list[int]], why: str) -> str:
+    """Gates that did not run for one reason, in one line: "the floor and solver gates did not run in iterations
+    1 and 2: <why>", or each gate with its iterations when they differ."""
+    def listed(words: list[str]) -> str:
+        return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+    def iterations(numbers: list[int]) -> str:
+        return f"iteration{'s' if len(numbers) > 1 else ''} {listed([str(n) for n in numbers])}"
+
+    runs = {tuple(numbers) for numbers in gates.values()}
+    if len(runs) == 1:
+        gate_s = f"gate{'s' if len(gates) > 1 else ''}"
+        which = f"the {listed(list(gates))} {gate_s} did not run in {iterations(list(next(iter(runs))))}"
+    else:
+        which = "gates that did not run: " + "; ".join(f"the {gate} gate in {iterations(ns)}"
+                                                       for gate, ns in gates.items())
+    return f"{which}: {why}{RUNNABLE.replace(' it ', ' them ' if len(gates) > 1 else ' it ')}"
 
 
 def layers_table(role: str, assembled: Any, config: Any, last: AgentView | None = None) -> Table:
@@ -363,6 +387,8 @@ class Progress:
         self.phase = ""
         self.results = 0
         self.proved: set[int] = set()  # iterations whose gates' figures were shown
+        self.repeats: dict[tuple[str, str, str], Repeated] = {}  # (role, kind, shape): a note said once
+        self.reasons: set[str] = set()  # why gates did not run, said once in the run
         self.simulated = simulated
         if simulated:
             out.print(simulated_banner())
@@ -378,6 +404,11 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
             self.live.__exit__(None, None, None)
+        for (role, kind, _), note in self.repeats.items():
+            if note.count > 1:
+                where = note.where()
+                say(Text(f"{role}: that {kind} came {note.count} times in all{' (' + where + ')' if where else ''}; "
+                         "said once above", style="yellow" if kind == "warning" else "red"))
 
     def baseline(self, snap: Snapshot) -> None:
         """Mark what is already on disk as seen: a resumed run reports only what it adds."""
@@ -407,7 +438,10 @@ class Progress:
             for result in record.results:
                 if result.figures and result.iteration not in self.proved:
                     self.proved.add(result.iteration)
-                    verdict = "every target met" if not result.unmet else "missed: " + "; ".join(result.unmet)
+                    skipped = result.figures.get("skipped") or {}
+                    said = {gate: why for gate, why in skipped.items() if why in self.reasons}  # said before
+                    self.reasons |= set(skipped.values())
+                    verdict = "every target met" if not result.unmet else "missed: " + missed_once(result.unmet, said)
                     say(Text(f"» iteration {result.iteration} gates: {figures_line(result.figures)}; {verdict}"))
             phase = f"iteration {record.iteration}: {record.phase}"
             if phase != self.phase:
@@ -422,8 +456,21 @@ class Progress:
         for kind, entries in (("compaction", view.compactions), ("warning", view.warnings), ("error", view.errors)):
             key = f"{view.role}:{kind}"
             for entry in entries[self.seen.get(key, 0):]:
-                say(event_line(view.role, kind, entry))
+                if kind == "compaction":
+                    say(event_line(view.role, kind, entry))
+                    continue
+                (note,) = grouped([entry])  # a warning or error of a shape already said is counted, not said again
+                said = self.repeats.setdefault((view.role, kind, shape(entry)), Repeated(entry, []))
+                said.places += note.places
+                if said.count == 1:
+                    say(event_line(view.role, kind, entry))
             self.seen[key] = len(entries)
+
+
+def missed_once(unmet: list[str], said: dict[str, str]) -> str:
+    """The targets an iteration missed, without the reasons already said in the run (``said``: gate -> why)."""
+    shortened = [(u, without_reasons(u, said)) for u in unmet]
+    return "; ".join(short + (" (as above)" if short != u else "") for u, short in shortened)
 
 
 def summary(root: Path) -> None:

@@ -31,6 +31,7 @@ from workers.render import (
     targets_line,
     where,
 )
+from workers.repeats import grouped, said_once
 from workers.spend import RunSpend, Spend, read_spend
 
 
@@ -79,8 +80,8 @@ def status_report(root: Path) -> None:
             say(Text(f"{view.role} {context}"))
     for view in snap.agents.values():
         for kind, entries in (("error", view.errors), ("warning", view.warnings), ("log problem", view.problems)):
-            for entry in entries:
-                say(event_line(view.role, kind, entry))
+            for note in grouped(entries):  # a note that came again and again is said once, with its count
+                say(event_line(view.role, kind, said_once(note)))
     if record is not None and record.phase == "awaiting_approval":
         say(Text(f"next: `baton approve {name}` or `baton reject {name} --feedback '...'`"))
 

@@ -18,6 +18,15 @@ from proving.evaluation.quality import Quality
 from scenarios.run import RunRecord
 
 TARGET_GATES = {"floor": "floor", "solvable share": "solver", "coverage": "coverage"}
+RUNNABLE = "; make it runnable or leave it out of [proving] gates in scenario.toml"
+
+
+def without_reasons(unmet: str, skipped: dict[str, str]) -> str:
+    """A missed target in words without why its gate did not run (``skipped``: gate -> why), for a view that
+    says each reason once for every gate and iteration it stopped (issue 38: Inspect missing, said 21 times)."""
+    for gate, why in skipped.items():
+        unmet = unmet.replace(f"the {gate} gate did not run ({why}){RUNNABLE}", f"the {gate} gate did not run")
+    return unmet
 
 
 def unmet_targets(record: RunRecord, success_rate: float, quality: Quality, gates: list[str]) -> list[str]:
@@ -30,8 +39,7 @@ def unmet_targets(record: RunRecord, success_rate: float, quality: Quality, gate
         if gate not in gates:
             continue
         if gate in quality.skipped:
-            unmet.append(f"{target} not measured: the {gate} gate did not run ({quality.skipped[gate]}); make it "
-                         f"runnable or leave it out of [proving] gates in scenario.toml")
+            unmet.append(f"{target} not measured: the {gate} gate did not run ({quality.skipped[gate]}){RUNNABLE}")
             continue
         if gate == "floor" and figures.floor is not None:
             over = {agent: share for agent, share in figures.floor.items() if share > record.target_floor}
