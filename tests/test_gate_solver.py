@@ -152,6 +152,7 @@ def test_a_sample_missing_a_fact_or_contradicting_the_policy_is_never_solved(fin
 @pytest.mark.xdist_group("inspect_solver")
 def test_through_the_fake_api_the_anthropic_provider_meets_the_same_blind_solver(finished_run, tmp_path,
                                                                                   monkeypatch):
+    from proving import startup
     from tests.fake_api_support import KEY, serving, stats
     from workers.fake_api.server import FakeApi
 
@@ -161,8 +162,10 @@ def test_through_the_fake_api_the_anthropic_provider_meets_the_same_blind_solver
     with serving(FakeApi()) as running:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", running.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        quality = prove(root, iteration, ProvingSettings(gates=["solver"], solver_k=1,
-                                                         solver_model="anthropic/claude-haiku-5-5"))
+        # As if baton had started with them: Inspect's process gets the keys baton started with (proving/startup.py).
+        with startup.started_with({"ANTHROPIC_BASE_URL": running.url, "ANTHROPIC_API_KEY": KEY}):
+            quality = prove(root, iteration, ProvingSettings(gates=["solver"], solver_k=1,
+                                                             solver_model="anthropic/claude-haiku-5-5"))
         seen = stats(running.url)
     solver = quality.figures.solver
     assert solver is not None, quality.skipped

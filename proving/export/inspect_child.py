@@ -116,6 +116,8 @@ class Error(BaseModel):
 class Run(BaseModel):
     """What baton reads of an eval's log: the parts of Inspect's EvalLog its callers use."""
 
+    model_config = ConfigDict(extra="forbid")  # the child's answer and this shape change together
+
     status: str
     location: str
     error: Error | None = None

@@ -66,7 +66,7 @@ def summary_of(log: Any) -> dict[str, Any]:
     usage = {name: u.model_dump(exclude_none=True) for name, u in (log.stats.model_usage or {}).items()}
     return {"status": log.status, "location": str(log.location),
             "error": {"message": str(log.error.message)} if log.error else None,
-            "model_usage": usage, "samples": [sample_of(s) for s in log.samples or []]}
+            "stats": {"model_usage": usage}, "samples": [sample_of(s) for s in log.samples or []]}
 
 
 def main(job_path: str) -> int:
