@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import md_table, write_section  # noqa: E402
 from bench.example_run import example, grow, last_iteration  # noqa: E402
+from proving import startup  # noqa: E402
 from proving.evaluation import fork_server  # noqa: E402
 from proving.evaluation.run import run_evaluation  # noqa: E402
 from proving.sandbox import cgroup  # noqa: E402
@@ -40,6 +41,7 @@ def one(root: Path, iteration: int, way: str) -> float:
     """Wall seconds of one evaluation, a fresh sample server's start included. (Not CPU: bwrap does not
     wait for its sandbox's processes in a way that hands their CPU time to the worker's rusage.)"""
     os.environ["BATON_EVAL_SANDBOX"], os.environ[fork_server.SERVER_ENV] = WAYS[way]
+    startup.fix()  # each way is a start of its own: baton reads its confinement settings once, at start
     started = time.monotonic()
     report = run_evaluation(root, iteration, timeout_s=10, memory_mb=512)
     if fork_server._server is not None:  # noqa: SLF001 - the next way starts its own
