@@ -27,12 +27,24 @@ if sys.dont_write_bytecode and not sys.pycache_prefix:
     sys.dont_write_bytecode = False
 
 
-# The example's scenario.toml runs all five gates, and the floor, mutation and solver gates add about 20 s to each
+# The example's scenario.toml runs all seven gates, and the floor, mutation and solver gates add about 20 s to each
 # of its iterations. The tests of the runtime (Celery, compaction, recovery, export) run the example dozens of
 # times without looking at those figures, so the suite runs the two gates that take milliseconds unless a test
 # asks for more: the gates' own tests, and tests/test_proving_loop.py, which runs the example as a user does and
 # checks every figure of every iteration. Set before any fixture starts a worker, so every process inherits it.
 os.environ.setdefault("BATON_PROVING_GATES", "coverage,duplicate")
+
+
+@pytest.fixture(autouse=True)
+def start_up_settings() -> Iterator[None]:
+    """Each test begins with baton's start-up settings as this process started (proving/startup.py): a CLI
+    invocation in a test fixes them anew from the environment it was given (BATON_EVAL_SANDBOX=none, say),
+    which must not carry into the tests after it."""
+    from proving import startup
+
+    before = startup.fixed()
+    yield
+    startup.fix(before.environ)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -58,3 +58,18 @@ def test_status_counts_the_findings_by_defect():
     summary = figure_summary(quality)
     assert summary["defects"] == {"shortcut": 2, "unsolved": 1}
     assert "findings 3 (shortcut 2, unsolved 1)" in figures_line(summary)
+
+
+def test_inits_opening_carries_each_finding_with_its_defect_action_and_evidence():
+    from agents.openings import init_opening
+    from agents.payloads import ExecuteToInit
+    from tests.test_handoff import execute_data
+
+    finding = Finding.of("gold", "L4", "refund fails", sample="s2", defect="failing_action",
+                         action="2: refund(order_id='O1')", evidence="Error: payment method should be ...")
+    gates = {"quality": {"figures": {}, "unmet_targets": []}, "findings": [finding.as_json()]}
+    text = init_opening("demo", 2, report=ExecuteToInit(**execute_data()), gates=gates)
+    for said in ('"defect": "failing_action"', '"category": "incorrect action"',
+                 "\"action\": \"2: refund(order_id='O1')\"", '"evidence": "Error: payment method should be ..."',
+                 "defect and its category"):
+        assert said in text, said

@@ -158,7 +158,8 @@ def test_the_wheel_installed_in_a_fresh_venv_runs_the_example_from_an_empty_fold
     record = json.loads((empty / "scenarios" / "refund_desk" / "run.json").read_text(encoding="utf-8"))
     assert (record["phase"], record["status"]) == ("done", "succeeded"), record
     figures = record["results"][-1]["figures"]
-    assert figures["ran"] == ["coverage", "duplicate", "floor", "mutation", "solver"] and not figures["skipped"], \
+    assert figures["ran"] == ["coverage", "duplicate", "gold", "policy", "floor", "mutation", "solver"] \
+        and not figures["skipped"], \
         figures
     # The export copies runtime files that are package data, not modules.
     _run([baton, "export", "y", "--to", "inspect", "--out", "exported"], empty, env)

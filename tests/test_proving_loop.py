@@ -2,7 +2,7 @@
 report.json, "done" needs every target, the findings reach Init's next opening, ``baton evaluate`` re-runs the
 gates, and ``baton status`` shows the figures at 80 and 120 columns.
 
-The runs start from one simulated run of the example, made once for the module as a user makes it: all five gates
+The runs start from one simulated run of the example, made once for the module as a user makes it: all seven gates
 (its scenario.toml), whose figures for every iteration are checked here. The tests after it run only the coverage
 and duplicate gates on copies of that run (``[proving] gates``): they need no Inspect and take milliseconds.
 Whatever the example's final iteration scores, each test sets up the iteration it needs from it.
@@ -39,7 +39,7 @@ def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run of the example with its own five gates, not the suite's two quick ones (conftest). Made once
+    """A finished run of the example with its own seven gates, not the suite's two quick ones (conftest). Made once
     per test session for every xdist worker (tests.shared_runs: it takes about 50 s), and read only: the tests
     that change it take a copy (``_copy``)."""
 
@@ -62,7 +62,8 @@ def test_the_examples_run_reports_every_figure_for_every_iteration_and_ends_prov
     assert record.status == "succeeded", record
     for n in range(1, record.iteration + 1):
         quality = Quality.model_validate(_report(ran, n)["quality"])
-        assert sorted(quality.ran) == ["coverage", "duplicate", "floor", "mutation", "solver"], (n, quality.skipped)
+        assert sorted(quality.ran) == ["coverage", "duplicate", "floor", "gold", "mutation", "policy", "solver"], \
+            (n, quality.skipped)
         figures = quality.figures
         assert set(figures.floor or {}) == {"do_nothing", "refuse_all", "reckless"}, n
         assert figures.mutation_score is not None and figures.mutants, n
@@ -75,6 +76,10 @@ def test_the_examples_run_reports_every_figure_for_every_iteration_and_ends_prov
     assert final.mutation_score == 1.0
     first = Quality.model_validate(_report(ran, 1)["quality"])
     assert record.iteration > 1 and any(f.gate == "floor" for f in first.findings)  # the story's first design
+    # docs/proving.md's table: six findings, each named; the gold and the policy gates find none in either iteration
+    assert sorted(f.defect for f in first.findings) == ["shortcut", "shortcut", "shortcut", "uncovered_rule",
+                                                        "unsolved", "unsolved"], first.findings
+    assert Quality.model_validate(_report(ran, record.iteration)["quality"]).findings == []
 
 
 def _fast(root: Path) -> None:

@@ -112,7 +112,8 @@ def test_run_to_done_on_three_workers(broker, request, tmp_path):
     if every_gate:
         for n in (1, 2):
             report = json.loads((cluster.root / f"execution_outputs/iteration_{n}/report.json").read_text())
-            assert sorted(report["quality"]["ran"]) == ["coverage", "duplicate", "floor", "mutation", "solver"], n
+            assert sorted(report["quality"]["ran"]) == ["coverage", "duplicate", "floor", "gold", "mutation", "policy",
+                                                        "solver"], n
         assert report["quality"]["figures"]["floor"] == {"do_nothing": 0.0, "reckless": 0.0, "refuse_all": 0.0}
         assert report["quality"]["figures"]["solver"]["solvable_share"] == 1.0
     # Each queue's own worker served it, and only it.

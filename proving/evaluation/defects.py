@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 Defect = Literal[
-    "shortcut",          # a floor agent (nothing, refuse all, reckless) passes: the outcome does not constrain the agent
+    "shortcut",          # a floor agent (nothing, refuse all, reckless) passes: the outcome does not constrain it
     "scorer_gap",        # a trajectory one mistake away passes: the scorer does not check an effect
     "unsolved",          # the blind solver never solves it: a fact is missing or the policy leaves it open
     "ambiguous",         # tries the policy all allows end in different states

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 class ProvingSettings(BaseModel):
     """How the gates run, as a person configured them (scenario.toml ``[proving]``; read by agents/)."""
 
-    gates: list[GateName] = Field(default_factory=lambda: ["coverage", "duplicate", "floor", "mutation", "solver"])
+    gates: list[GateName] = Field(default_factory=lambda: ["coverage", "duplicate", "gold", "policy", "floor",
+                                                           "mutation", "solver"])
     solver_model: str | None = None  # any Inspect model string; None: the simulated model where it has a script
     solver_k: int = Field(3, ge=1)  # tries per sample: pass^k
     panel: list[str] = Field(default_factory=list)  # models for the difficulty figures (empty: none)
@@ -248,7 +249,7 @@ def load_gates() -> None:
     import importlib
 
     for module in ("proving.evaluation.floors", "proving.evaluation.mutants", "proving.evaluation.solver",
-                   "proving.evaluation.gold"):
+                   "proving.evaluation.gold", "proving.evaluation.policy_gate"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -116,7 +116,8 @@ def _unsupported(sample: Mapping[str, Any], index: int, action: Mapping[str, Any
                  why: str) -> Finding:
     return Finding.of("gold", "L4", f"{path} = {value!r} in expected action {call_text(index, action)}: {why}; "
                       "an agent cannot know it, or the gold is wrong", sample=str(sample.get("id")),
-                      defect="unsupported_value", action=call_text(index, action), evidence=f"{path} = {value!r}: {why}")
+                      defect="unsupported_value", action=call_text(index, action),
+                      evidence=f"{path} = {value!r}: {why}")
 
 
 def _literals(value: Any, path: str = "") -> list[tuple[str, Any]]:

@@ -20,7 +20,8 @@ from proving.sandbox.nest import CGROUP_DIR, MIB, SAMPLE_DIR
 PROVING_DIR = Path(__file__).resolve().parents[1]  # read-only at /baton/proving in the sample server's sandbox
 INSIDE_PROVING = "/baton/proving"
 SPAWNED_FILES = ("evaluation/spawned_main.py", "evaluation/child_main.py", "sandbox/nest.py",
-                 "evaluation/child_runs.py", "evaluation/compare.py")  # the last two: the gates' runs
+                 "evaluation/child_runs.py", "evaluation/compare.py",  # these two: the gates' runs
+                 "evaluation/child_policy.py")  # the policy gate's predicates
 
 
 def inside_env(home: str) -> dict[str, str]:

@@ -41,11 +41,12 @@ from typing import Any
 from agents.simulated import COMMON_MOVES, Move, ToolCall, ToolResult, handoff_payload, load_part
 
 files = load_part("refund_desk_files")  # what the agents write: data, documents, code, samples
+policy = load_part("refund_desk_policy")  # design/policy.py: the rules as predicates
 
 # brief_fingerprint(scenarios/refund_desk/brief.md): editing that brief means revisiting this script (the design,
 # data and samples below answer its rules), then updating this line; tests/test_simulated_briefs.py checks it.
 BRIEF_SHA256 = "eef57de473c6fc7006a75661299b9fc4cfefb6f1f8733e90d3a7476fdc8e3cef"
-DESIGN_FILES = ["design/scenario_design.md", "design/business_rules.md", "design/format_spec.md"]
+DESIGN_FILES = ["design/scenario_design.md", "design/business_rules.md", "design/format_spec.md", "design/policy.py"]
 SAMPLES_PER_WRITE = 2
 
 # ---- the plans --------------------------------------------------------------------------
@@ -140,8 +141,9 @@ def _write_design(_state: dict[str, Any], _move: str) -> tuple[str, list[ToolCal
 
 
 def _write_rules(_state: dict[str, Any], _move: str) -> tuple[str, list[ToolCall]]:
-    return "Writing the business rules R1-R7.", [
-        ("Write", {"path": DESIGN_FILES[1], "content": files.business_rules(False)})]
+    return "Writing the business rules R1-R7, and each as a predicate (design/policy.py).", [
+        ("Write", {"path": DESIGN_FILES[1], "content": files.business_rules(False)}),
+        ("Write", {"path": DESIGN_FILES[3], "content": policy.policy_py()})]
 
 
 def _write_format(_state: dict[str, Any], _move: str) -> tuple[str, list[ToolCall]]:
