@@ -257,7 +257,9 @@ def _joined(pieces: list[str]) -> list[str] | None:
                 if marks and begin < marks[-1][1]:
                     continue  # inside what was found from further back
                 window = text[begin : min(run_end, begin + _MAX_JOINED)]
-                redacted = redact(window)
+                # By shape only: glued together, one field's end and the next one's start read as a
+                # ``name: value`` that neither holds (an id ending in "PWd" before a timestamp's "14:41").
+                redacted = redact_shapes(window)
                 if redacted != window:
                     marks.append(_changed(window, redacted, begin))
         i = j
