@@ -27,7 +27,7 @@ if sys.dont_write_bytecode and not sys.pycache_prefix:
     sys.dont_write_bytecode = False
 
 
-# The example's scenario.toml runs all five gates, and the floor, mutation and solver gates add about 20 s to each
+# The example's scenario.toml runs all seven gates, and the floor, mutation and solver gates add about 20 s to each
 # of its iterations. The tests of the runtime (Celery, compaction, recovery, export) run the example dozens of
 # times without looking at those figures, so the suite runs the two gates that take milliseconds unless a test
 # asks for more: the gates' own tests, and tests/test_proving_loop.py, which runs the example as a user does and
