@@ -73,3 +73,11 @@ def test_inits_opening_carries_each_finding_with_its_defect_action_and_evidence(
                  "\"action\": \"2: refund(order_id='O1')\"", '"evidence": "Error: payment method should be ..."',
                  "defect and its category"):
         assert said in text, said
+
+
+def test_status_names_each_iterations_findings_by_defect(finished_run):
+    from tests.export_support import baton as invoke
+
+    shown = invoke(finished_run.root.parent, "status", finished_run.root.name).output
+    assert "iteration 1 findings: uncovered_rule 1" in shown, shown  # the suite's quick gates: coverage's R6
+    assert "iteration 2 findings" not in shown, shown

@@ -319,6 +319,8 @@ def iteration_notes(root: Path, record: RunRecord) -> list[Text]:
             stopped.setdefault(why, {}).setdefault(gate, []).append(r.iteration)
         if r.figures.get("solver"):
             lines.append(Text(f"iteration {r.iteration} solver: {r.figures['solver']}"))
+        if r.figures.get("defects"):  # what the findings name (docs/proving.md's vocabulary)
+            lines.append(Text(f"iteration {r.iteration} findings: {defects_note(r.figures['defects'])[2:-1]}"))
         if tryout := read_tryout(root, r.iteration):
             lines.append(Text(f"iteration {r.iteration} tryout (baton try): {tryout.summary()}"))
     lines += [Text(gates_stopped(gates, why), style="yellow") for why, gates in stopped.items()]
