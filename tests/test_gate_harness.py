@@ -40,10 +40,11 @@ def escalate(data, order_id: str, note: str):
 
 
 def tag(data, order_id: str):
-    """Tag an order (as a tuple: JSON makes it a list); counts its calls in the module, which a fresh call resets."""
+    """Tag an order (as a tuple: JSON makes it a list, and the next call sees a list)."""
     CALLS.append(order_id)
-    data["orders"][order_id]["tags"] = ("seen", len(CALLS))
-    return {"tagged": len(CALLS)}
+    seen = data["orders"][order_id].get("tags")
+    data["orders"][order_id]["tags"] = ("seen", 1) if seen is None or isinstance(seen, list) else ("twice", 2)
+    return {"tagged": True}
 '''
 
 CHECKER = '''
@@ -142,7 +143,7 @@ def test_the_harness_judges_every_run_as_the_exported_task_does_through_inspect(
     scenario(tmp_path / "shop")
     ctx = GateContext.load(tmp_path / "shop", 1, ProvingSettings())
     runs = floor_runs(ctx.samples) + [m.run() for s in ctx.samples for m in mutants_of(s, ctx.samples, 8)]
-    runs.append({"id": "s1~twice", "sample": "s1", "agent": "script",  # a module's state does not outlive a call
+    runs.append({"id": "s1~twice", "sample": "s1", "agent": "script",  # the second call is given JSON's list
                  "actions": [act("tag", order_id="O1"), act("tag", order_id="O1"), act("refund", order_id="O1",
                                                                                         amount=40.0)]})
     runs.append({"id": "s2~unknown", "sample": "s2", "agent": "script",  # fails halfway: its effects undone

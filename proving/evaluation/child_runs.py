@@ -32,7 +32,7 @@ import select
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -158,10 +158,12 @@ def restore(data: dict[Any, Any], before: Prints, keys: list[tuple[Any, ...]]) -
         _put(data, key, old if old is MISSING or isinstance(old, Top) else marshal.loads(old))
 
 
-def normalise(data: dict[Any, Any], keys: list[tuple[Any, ...]], now: Prints) -> str | None:
+def normalise(data: dict[Any, Any], keys: list[tuple[Any, ...]], now: Prints,
+              touched: set[Any] | None = None) -> str | None:
     """Make the changed entries what JSON gives back (tuples lists, int keys strings), as the export's next call
     receives its data, and ``now`` their bytes; why the data cannot be JSON, if it cannot (then nothing is
-    changed)."""
+    changed). ``touched`` gets the top-level keys whose values JSON changed."""
+    touched = set() if touched is None else touched
     try:
         if any(not isinstance(part, str) for key in keys for part in key):  # a key JSON turns into a string
             whole = json.loads(json.dumps(data, ensure_ascii=False, allow_nan=False))
@@ -169,6 +171,7 @@ def normalise(data: dict[Any, Any], keys: list[tuple[Any, ...]], now: Prints) ->
             data.update(whole)
             now.clear()
             now.update(fingerprint(data))
+            touched.update(data)
             return None
         made = {}
         for key in keys:
@@ -177,7 +180,6 @@ def normalise(data: dict[Any, Any], keys: list[tuple[Any, ...]], now: Prints) ->
                 made[key] = json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
     except (TypeError, ValueError, RecursionError) as exc:
         return f"the tools left a value in data that is not JSON-serialisable ({exc})"
-    touched = set()
     for key, value in made.items():
         if _pack(value) != _pack(_get(data, key)):  # JSON gave back another value: its bytes are new
             _put(data, key, value)
@@ -228,6 +230,42 @@ def apply(base: dict[Any, Any], change: dict[str, Any]) -> dict[Any, Any]:
 # ---- the processes ------------------------------------------------------------------------------------------
 
 
+@dataclass
+class Node:
+    """A prefix tree of the runs' calls: a node is the data after the calls on the path to it."""
+
+    call: dict[str, Any] | None = None
+    children: list[Node] = field(default_factory=list)
+    ends: list[str] = field(default_factory=list)  # the runs whose calls end here
+    size: int = 0  # the calls in this subtree, its own included
+
+    def child(self, call: dict[str, Any]) -> Node:
+        found = next((c for c in self.children if c.call == call), None)
+        if found is None:
+            found = Node(call)
+            self.children.append(found)
+        return found
+
+
+def tree(runs: dict[str, list[dict[str, Any]]]) -> Node:
+    """The runs' calls as a prefix tree: runs whose first calls are the same share those calls' processes (and
+    what the tools built in them: a model of the data, say)."""
+    root = Node()
+    for name, calls in runs.items():
+        node = root
+        for call in calls:
+            node = node.child({"tool": call["tool"], "args": call.get("args") or {}})
+        node.ends.append(name)
+    _size(root)
+    return root
+
+
+def _size(node: Node) -> int:
+    node.size = (node.call is not None) + sum(_size(c) for c in node.children)
+    return node.size
+
+
+
 def forked(body: Callable[[], int], cm: Any, deadline_s: float) -> tuple[int, bool]:
     """Run ``body`` in a fork of this process; (its exit code, whether it was killed at ``deadline_s``)."""
     sys.stdout.flush()
@@ -270,10 +308,11 @@ class Sample:
         self.data: dict[str, Any] = {}
         self.base: Prints = {}
         self.count = 0
+        self.tools: dict[str, Callable[..., Any]] | None = None  # in a run's fork: loaded once
 
     def file(self, name: str) -> Path:
         self.count += 1
-        return self.work / f"{name}-{self.count}.json"
+        return self.work / f"{name}-{os.getpid()}-{self.count}.json"  # forks count on from their parent's count
 
     def progress(self, phase: str, **detail: Any) -> None:
         self.cm.write_json(self.job["progress_path"], {"phase": phase, **detail, "design_issues": []})
@@ -294,37 +333,64 @@ class Sample:
         self.data, self.base = data, fingerprint(data)
         return None
 
-    # -- calls, in a fork
+    # -- calls: a tree of forks, one per call, shared by the runs whose calls begin alike
 
-    def calls(self, calls: list[dict[str, Any]], start: int, change: dict[str, Any], out: Path) -> int:
-        """In a fork: make ``calls[start:]`` on the data with ``change`` put in, writing after each call what was
-        made and what changed so far to ``out`` (so a call that ends the process costs only itself)."""
-        data = apply(self.data, change) if change else self.data  # in this fork: its own, copy-on-write
-        now = fingerprint(data, self.base) if change else self.base
-        made: list[dict[str, Any]] = []
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a call past its limit ends this process: the next goes on
-        for call in calls[start:]:
-            signal.setitimer(signal.ITIMER_REAL, self.limit_s)
-            output, error = self.call(call, data)
-            after = fingerprint(data, now)
-            keys = changed(now, after)
-            if error is None and keys:
-                error = normalise(data, keys, after)
-            if error is not None:
-                restore(data, now, keys)
-            else:
-                now = after
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            made.append({"tool": call["tool"], "args": call.get("args") or {}, "output": output, "error": error})
-            self.cm.write_json(str(out), {"calls": made, "delta": delta(self.base, data, now)})
+    def visit(self, node: Node, data: dict[str, Any], now: Prints, made: list[dict[str, Any]], fresh: bool) -> None:
+        """At ``node`` (the data as the calls to it left it, in this process): each run that ends here written, then
+        each next call made in a fork of this process that goes on from there, one after another."""
+        for run in node.ends:
+            done = {"calls": made, "delta": delta(self.base, data, now)}
+            self.cm.write_json(str(self.work / f"run-{run}.json"), done)
+        for child in node.children:
+            assert child.call is not None
+            marker = self.file("call")
+            forked(lambda: self.edge(child, data, now, made, fresh, marker), self.cm,
+                   self.limit_s * (2 * child.size + 1))
+            if read(marker):
+                continue  # the fork made the call and went on with everything after it
+            # It ended inside the call (its time limit, its memory, a crash): nothing it did counts, as the export's
+            # call in a process of its own, and the runs through it go on from here.
+            call = child.call
+            record = {"tool": call["tool"], "args": call.get("args") or {}, "output": None,
+                      "error": f"tool {call['tool']} did not finish within the time limit ({self.limit_s:g} s) or "
+                               "ended without a result"}
+            self.visit(child, data, now, [*made, record], True)
+
+    def edge(self, node: Node, data: dict[str, Any], now: Prints, made: list[dict[str, Any]], fresh: bool,
+             marker: Path) -> int:
+        """In a fork: make ``node``'s call, tell the parent it was made, and go on from there."""
+        call = node.call
+        assert call is not None
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a call past its limit ends this process
+        signal.setitimer(signal.ITIMER_REAL, self.limit_s)
+        output, error = self.call(call, data, fresh)
+        after = fingerprint(data, now)
+        keys = changed(now, after)
+        touched: set[Any] = set()
+        if error is None and keys:
+            error = normalise(data, keys, after, touched)
+        if error is not None:
+            restore(data, now, keys)
+            after = now
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        record = {"tool": call["tool"], "args": call.get("args") or {}, "output": output, "error": error}
+        self.cm.write_json(str(marker), {"made": True})
+        # The data was changed behind the tools' back (a failed call undone, JSON's form of a value): whatever the
+        # tools keep of it (a model built from it) is stale, so the next call loads them afresh.
+        self.visit(node, data, after, [*made, record], bool(touched) or (error is not None and bool(keys)))
         return EXITED_AFTER_RESULT
 
-    def call(self, call: dict[str, Any], data: dict[str, Any]) -> tuple[Any, str | None]:
-        """One call as the export's box makes it (child_main's mode "call"): (its output, None) or (None, why)."""
+    def call(self, call: dict[str, Any], data: dict[str, Any], fresh: bool) -> tuple[Any, str | None]:
+        """One call as the export's box makes it (child_main's mode "call"): (its output, None) or (None, why).
+
+        The tools stay loaded from one call of a run to the next (``fresh``: loaded again), so what they keep
+        between calls (a model of the data built once) is kept, where the export loads them for each call."""
         runner = self.cm.Runner({**self.job, "sample": {"id": "call", "actions": [call]}, "mode": "call"})
-        for name in [n for n, m in sys.modules.items() if _from(m, runner.tools_dir)]:
-            del sys.modules[name]  # the export loads the tools afresh for every call
-        tools = runner.load_tools()
+        if fresh or self.tools is None:
+            for name in [n for n, m in sys.modules.items() if _from(m, runner.tools_dir)]:
+                del sys.modules[name]
+            self.tools = runner.load_tools()
+        tools = self.tools
         if tools is None or not runner.check_sample(tools):
             return None, _said(runner.result.get("error"))
         name = call["tool"]
@@ -341,26 +407,6 @@ class Sample:
             return self.cm.jsonable(output), None
         except (TypeError, ValueError, RecursionError) as exc:
             return None, f"tool {name} returned a dict that is not JSON-serialisable ({exc})"
-
-    def run_calls(self, calls: list[dict[str, Any]], limit: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """Every call of a run, in as few forks as it takes: a call that ends its fork (a limit, a crash) is an
-        error, and the next call starts in a new fork from what the calls before it left."""
-        made: list[dict[str, Any]] = []
-        change: dict[str, Any] = {}
-        while len(made) < len(calls):
-            out = self.file("calls")
-            start = len(made)
-            code, killed = forked(lambda: self.calls(calls, start, change, out), self.cm, limit)
-            kept = read(out)
-            made += [c for c in kept.get("calls", []) if isinstance(c, dict)][:len(calls) - start]
-            change = kept.get("delta") or change
-            if len(made) < len(calls):  # the fork ended in the middle of this call
-                call = calls[len(made)]
-                why = (f"did not finish within the time limit ({self.limit_s:g} s)"
-                       if killed or code == -signal.SIGALRM else f"ended without a result (exit {code})")
-                made.append({"tool": call["tool"], "args": call.get("args") or {}, "output": None,
-                             "error": f"tool {call['tool']} {why}"})
-        return made, change
 
     # -- checkers, in a fork
 
@@ -395,19 +441,23 @@ class Sample:
             self.cm.write_json(self.job["result_path"], result)
             return 0
         actions = [a for a in self.sample.get("actions", []) if isinstance(a, dict)]
-        self.progress("reference")
-        made, change = self.run_calls(actions, self.limit_s * (len(actions) + 1))
-        failed = next((c for c in made if c.get("error")), None)
-        if failed is not None:
-            result["reference_error"] = str(failed["error"])
+        runs = {str(i): [c for c in run.get("calls", []) if isinstance(c, dict)]
+                for i, run in enumerate(self.job["runs"])}
+        self.progress("runs")
+        self.visit(tree({"reference": actions, **runs}), self.data, self.base, [], True)
+        reference_run = read(self.work / "run-reference.json")
+        failed = next((c for c in reference_run.get("calls", []) if c.get("error")), None)
+        if failed is not None or not reference_run:
+            result["reference_error"] = str(failed["error"]) if failed else "the replay left no result"
             self.cm.write_json(self.job["result_path"], result)
             return 0
-        reference = apply(self.data, change)
+        reference = apply(self.data, reference_run.get("delta") or {})
         written = compare.free_text(actions, self.data)
-        for run in self.job["runs"]:
+        for index, run in enumerate(self.job["runs"]):
             self.progress("run", run=run["id"])
-            calls = [c for c in run.get("calls", []) if isinstance(c, dict)]
-            made, change = self.run_calls(calls, self.limit_s * (len(calls) + 1)) if calls else ([], {})
+            done = read(self.work / f"run-{index}.json")
+            made = [c for c in done.get("calls", []) if isinstance(c, dict)]
+            change = done.get("delta") or {}
             final = apply(self.data, change) if change else self.data
             differences = compare.outcome_differences(self.sample, reference, final, written)
             outcome = {"outputs": [c["output"] for c in made if c.get("output") is not None], "final_data": final,
@@ -418,6 +468,8 @@ class Sample:
             problem = None if verdicts is not None else (
                 f"did not finish within the time limit ({self.limit_s:g} s)" if killed
                 else f"ended without a result (exit {code})")
+            if not done:
+                problem = "the run's calls left no result"
             result["runs"][run["id"]] = {"calls": made, "differences": differences, "verdicts": verdicts,
                                          "problem": problem}
         result["completed"] = True
