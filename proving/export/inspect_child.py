@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -40,8 +41,10 @@ from context.secret_names import is_secret_name
 from context.secret_words import REDACTED
 from proving.processes import Tail, kill_group, wait_unreaped
 from proving.startup import EXPORT_BWRAP_ENV, INSPECT_PROVIDERS_ENV, fixed
+from scenarios.confined import Refused
 from scenarios.folder import Folder
 
+LOG = logging.getLogger(__name__)
 MAIN = Path(__file__).with_name("inspect_child_main.py")
 WALL_S = 6 * 3600  # the longest eval (a real model, k tries of every sample): a child past it is killed
 LOG_BYTES = 512 * 1024 * 1024  # the most of a log moved into a scenario (uncompressed); over it, not moved
@@ -53,6 +56,7 @@ PREFIXES = {"bedrock": ("AWS_",), "google": ("GOOGLE_", "GEMINI_"), "vertex": ("
             "azureai": ("AZURE_", "AZUREAI_"), "hf": ("HF_",), "grok": ("XAI_", "GROK_")}
 NEEDS_NOTHING = ("mockllm", "baton", "none")
 KEPT_OUT = ("INSPECT_LOG_DIR",)  # baton names the log folder; Inspect's own variable would move it
+NEVER = ("BATON_", "CELERY_", "REDIS", "FLOWER_")  # baton's own settings and its broker's: whatever a model is called
 
 
 class ChildError(RuntimeError):
@@ -160,7 +164,7 @@ def child_env(home: Path, models: list[str]) -> dict[str, str]:
     env.update({k: v for k, v in start.items() if k.startswith("INSPECT_") and k not in KEPT_OUT})
     for name in {p for p in map(provider, models) if p and p not in NEEDS_NOTHING}:
         prefixes = (f"{name.upper()}_", *PREFIXES.get(name, ()))
-        env.update({k: v for k, v in start.items() if k.startswith(prefixes)})
+        env.update({k: v for k, v in start.items() if k.startswith(prefixes) and not k.startswith(NEVER)})
     return env
 
 
@@ -227,6 +231,14 @@ def owner(log_dir: Path) -> Folder:
     return Folder(log_dir.parent)
 
 
+def check_log_dir(log_dir: Path) -> None:
+    """Before the eval: a link (or a file) where the log folder should be is refused now, not after the run."""
+    kind = owner(log_dir).kind(log_dir)  # a link on the way there is refused by the one way in too
+    if kind not in (None, "folder"):
+        raise Refused(f"{log_dir.name}/ is a {kind} where a folder of logs should be: refused, nothing written "
+                      "through it")
+
+
 def move_logs(source: Path, log_dir: Path) -> list[Path]:
     """The child's logs into ``log_dir``, redacted: written through the one way in, never through a link."""
     folder, moved = owner(log_dir), []
@@ -236,6 +248,7 @@ def move_logs(source: Path, log_dir: Path) -> list[Path]:
             continue
         data = redacted_log(path, secrets) if path.suffix == ".eval" else None
         if data is None:
+            LOG.warning("Inspect's log %s is not kept: it could not be read and redacted", path.name)
             continue
         folder.write_atomic(log_dir / path.name, data)  # Refused (a StoreError) where a link stands in the way
         moved.append(log_dir / path.name)
@@ -248,6 +261,7 @@ def run_eval(task_dir: Path, model: Any, epochs: int, log_dir: Path, task_args: 
     log moved into ``log_dir``. Prerequisite when Inspect names something missing, ChildError otherwise."""
     spec = spec_of(model)
     log_dir = Path(os.path.abspath(log_dir))
+    check_log_dir(log_dir)
     task_args = dict(task_args or {})
     home = Path(tempfile.mkdtemp(prefix="baton-inspect-"))
     try:
@@ -267,7 +281,10 @@ def run_eval(task_dir: Path, model: Any, epochs: int, log_dir: Path, task_args: 
         if "prerequisite" in answer:
             raise Prerequisite(str(answer["prerequisite"]))
         # Model-written text (a tool's output, a scorer's explanation) goes on into tryout.json and the findings.
-        run = Run.model_validate(scrubbed(answer["log"], secrets_of(fixed().environ)))
+        try:
+            run = Run.model_validate(scrubbed(answer["log"], secrets_of(fixed().environ)))
+        except RecursionError:
+            raise ChildError("Inspect's process answered with a log nested too deep to read") from None
         moved = move_logs(logs, log_dir)
         run.location = str(moved[0]) if moved else ""
         return run
@@ -319,7 +336,7 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float) -> N
 def _answer(path: Path) -> dict[str, Any]:
     try:
         answer = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ChildError(f"Inspect's process left no answer: {exc}") from None
     if not isinstance(answer, dict) or not ({"log", "prerequisite"} & set(answer)):
         raise ChildError("Inspect's process left an answer of the wrong shape")
