@@ -139,3 +139,28 @@ def test_no_gold_finding_on_either_iteration_of_the_example(finished_run):
     for iteration in (1, 2):
         ctx = GateContext.load(finished_run.root, iteration, ProvingSettings())
         assert [f.as_json() for f in gold(ctx).findings] == [], iteration
+
+
+def test_an_exchange_for_the_very_same_item_is_a_noop_change():
+    from proving.evaluation.gold import noop_changes
+
+    same = {"id": "t18", "actions": [act("exchange_delivered_order_items", order_id="#W2", item_ids=["I7", "I8"],
+                                         new_item_ids=["I9", "I8"], payment_method_id="gift_card_2")]}
+    found = noop_changes(same)
+    assert [(f.defect, f.category, f.evidence) for f in found] == [
+        ("noop_change", "constraint", "new_item_ids[1] = item_ids[1] = 'I8'")]
+    other = {"id": "t29", "actions": [act("exchange_delivered_order_items", order_id="#W2", item_ids=["I7"],
+                                          new_item_ids=["I9"])]}
+    assert noop_changes(other) == []
+
+
+def test_a_pure_call_that_tells_nothing_its_arguments_did_not_is_a_needless_action():
+    from proving.evaluation.gold import needless_actions
+
+    sample = {"id": "t59", "actions": [act("get_order", order_id="#W2"), act("calculate", expression="164.28"),
+                                       act("calculate", expression="164.28 + 625.6"),
+                                       act("cancel_pending_order", order_id="#W2", reason="no longer needed")]}
+    result = {"outputs": [{"total": 164.28}, {"result": "164.28"}, {"result": "789.88"}, {"status": "cancelled"}]}
+    found = needless_actions(sample, result, frozenset({"calculate"}))
+    assert [(f.defect, f.action, f.category) for f in found] == [
+        ("needless_action", "2: calculate(expression='164.28')", "incorrect action")]

@@ -23,6 +23,8 @@ Defect = Literal[
     "duplicate",         # the same task as another sample, up to renaming
     "failing_action",    # an expected action the tool answers with an error
     "unsupported_value", # an expected action's literal no source gives, or the data it refers to contradicts
+    "noop_change",       # an expected action that changes a value to itself (an exchange for the very same item)
+    "needless_action",   # an expected pure call that tells nothing its arguments did not (calculate("164.28"))
     "contradiction",     # two samples with the same rule-relevant facts and different decisions
     "policy_violation",  # an expected action the policy's predicates deny
     "loophole",          # a tool makes an action the policy's predicates deny
@@ -32,8 +34,9 @@ DEFECTS: tuple[Defect, ...] = Defect.__args__  # type: ignore[attr-defined]
 Category = Literal["incorrect action", "ambiguity", "constraint", "fallback", "loophole", "data", "suite"]
 
 # Which category of the fix list a defect falls in; "suite" when it is none of them (it is about the set of
-# samples, not one task's gold). Why each: a gold action that errs, breaks a rule, or disagrees with its twin
-# is an incorrect action; a wrong literal (a name, a date of birth, an allowance) is data the gold got wrong; a
+# samples, not one task's gold). Why each: a gold action that errs, breaks a rule, disagrees with its twin or
+# does nothing is an incorrect action; a wrong literal (a name, a date of birth, an allowance) is data the gold
+# got wrong; a change to the same value asks what the system cannot do (the fix list's constraints); a
 # task a blanket agent passes, or whose scorer lets a mistake through, lacks a constraint on the outcome; a
 # task no blind solver solves, or that ends several allowed ways, is ambiguous (or lacks the fallback the user
 # needs, which the finding's detail says when the user holds too little).
@@ -47,6 +50,8 @@ CATEGORY: dict[Defect, Category] = {
     "duplicate": "suite",
     "failing_action": "incorrect action",
     "unsupported_value": "data",
+    "noop_change": "constraint",
+    "needless_action": "incorrect action",
     "contradiction": "incorrect action",
     "policy_violation": "incorrect action",
     "loophole": "loophole",

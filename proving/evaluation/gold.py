@@ -15,6 +15,7 @@ Each is an L4 finding: a sample's gold must change (or, when the policy is what 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +25,7 @@ from proving.evaluation.errors import error_of, failed_at
 from proving.evaluation.gates import FunctionGate, GateContext, GateResult, Unavailable, register
 from proving.evaluation.purity import pure_tools
 from proving.evaluation.quality import Finding
-from proving.evaluation.sources import DataIndex, Sources, asked, held_otherwise, situation
+from proving.evaluation.sources import DataIndex, Sources, asked, held_otherwise, numbers_in, situation, walk
 from scenarios.folder import RECORD_BYTES, Folder
 from scenarios.store import Layout
 
@@ -137,6 +138,50 @@ def _literals(value: Any, path: str = "") -> list[tuple[str, Any]]:
     return []
 
 
+def noop_changes(sample: Mapping[str, Any]) -> list[Finding]:
+    """A finding per expected state-changing action that sets a value to itself: an argument ``new_x`` equal to
+    its ``x`` (or, for lists, at the same place), as an exchange for the very same item."""
+    found = []
+    for index, action in enumerate(_actions(sample)):
+        args = action.get("args") or {}
+        for key, new in args.items():
+            old = args.get(key[4:]) if key.startswith("new_") else None
+            if old is None:
+                continue
+            pairs = list(zip(old, new, strict=False)) if isinstance(old, list) and isinstance(new, list) else [(old, new)]
+            same = [(i, a) for i, (a, b) in enumerate(pairs) if a == b]
+            for place, value in same:
+                at = f"[{place}]" if isinstance(old, list) else ""
+                found.append(Finding.of(
+                    "gold", "L4", f"expected action {call_text(index, action)} changes {key[4:]}{at} to itself "
+                    f"({value!r}): the gold asks for a change that is none, which the system's rules do not offer "
+                    "(an exchange for the very same item); expect another value, or no such action",
+                    sample=str(sample.get("id")), defect="noop_change", action=call_text(index, action),
+                    evidence=f"{key}{at} = {key[4:]}{at} = {value!r}"))
+    return found
+
+
+def needless_actions(sample: Mapping[str, Any], result: Mapping[str, Any] | None,
+                     pure: frozenset[str]) -> list[Finding]:
+    """A finding per expected call of a pure tool whose output tells nothing its arguments did not (calculate of
+    a lone number): an action the gold requires although it does nothing and teaches nothing."""
+    outputs = list((result or {}).get("outputs") or [])
+    found = []
+    for index, action in enumerate(_actions(sample)):
+        if str(action.get("tool")) not in pure or index >= len(outputs) or error_of(outputs[index]) is not None:
+            continue
+        args = action.get("args") or {}
+        said = Sources([json.dumps(args)], numbers_in(args), frozenset())
+        told = [v for _, v in walk(outputs[index]) if isinstance(v, str | int | float) and not isinstance(v, bool)]
+        if told and all(said.gives(v) for v in told):
+            found.append(Finding.of(
+                "gold", "L4", f"expected action {call_text(index, action)} calls a tool that changes nothing and "
+                "answers only what its arguments said: the gold requires a needless step; remove it",
+                sample=str(sample.get("id")), defect="needless_action", action=call_text(index, action),
+                evidence=f"output {json.dumps(outputs[index])[:200]}"))
+    return found
+
+
 def contradictions(samples: list[dict[str, Any]], data: DataIndex) -> list[Finding]:
     """A finding per sample that an earlier one matches in situation (rules cited, records named, up to renaming)
     and in what the user asks (most of its words), with the opposite decision (one grants, the other refuses)."""
@@ -176,6 +221,7 @@ def gold(ctx: GateContext) -> GateResult:
         result = results.get(str(sample.get("id")))
         findings += failing_actions(sample, result, pure) + failed_when_imported(sample, pure)
         findings += unsupported_values(sample, result, policy, data, pure)
+        findings += noop_changes(sample) + needless_actions(sample, result, pure)
         ctx.sample_done()
     findings += contradictions(ctx.samples, data)
     return GateResult({}, findings)

@@ -43,7 +43,7 @@ def walk(value: Any, path: str = "", budget: list[int] | None = None) -> Iterato
             yield from walk(item, f"{path}[{index}]", budget)
 
 
-def _numbers(value: Any) -> list[float]:
+def numbers_in(value: Any) -> list[float]:
     found: list[float] = []
     for _, node in walk(value):
         if isinstance(node, int | float) and not isinstance(node, bool):
@@ -110,7 +110,7 @@ class Sources:
         user = sample.get("user") if isinstance(sample.get("user"), Mapping) else {}
         facts = user.get("facts") if isinstance(user.get("facts"), Mapping) else {}
         said = [str(sample.get("instruction") or ""), str(user.get("goal") or ""), *(str(v) for v in facts.values())]
-        numbers = [n for t in [*said, policy] for n in _numbers(t)]
+        numbers = [n for t in [*said, policy] for n in numbers_in(t)]
         # The gold leaves out the lookups that give its ids: what the data holds is what those lookups give.
         known = index.texts if sample.get("lookups_omitted") else frozenset()
         return cls([*said, policy], numbers, known, said)
@@ -120,7 +120,7 @@ class Sources:
 
     def add_output(self, output: Any) -> None:
         self.texts.append(normal(json.dumps(output, ensure_ascii=False, default=str)))
-        self.numbers += _numbers(output) + _sums(output)
+        self.numbers += numbers_in(output) + _sums(output)
         self._combined = None
 
     def gives(self, value: Any) -> bool:
