@@ -42,8 +42,8 @@ def init_opening(
         missed = f" ({'; '.join(unmet)})" if unmet else ""
         lines += [
             f"Iteration {report.iteration} did not meet every target{missed}. Execute's report, with what baton's "
-            "gates found after it (quality: the figures; findings: each with its gate, defect and its category, sample, "
-            "action, rule, class and evidence):",
+            "gates found after it (quality: the figures; findings: each with its gate, defect and its category, "
+            "sample, action, rule, class and evidence):",
             render_payload(report, gates),
             "",
             ("Fix the design problems (layer 1) it lists and answer every finding: an L1 finding by changing the "

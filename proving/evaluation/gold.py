@@ -148,7 +148,8 @@ def noop_changes(sample: Mapping[str, Any]) -> list[Finding]:
             old = args.get(key[4:]) if key.startswith("new_") else None
             if old is None:
                 continue
-            pairs = list(zip(old, new, strict=False)) if isinstance(old, list) and isinstance(new, list) else [(old, new)]
+            both = isinstance(old, list) and isinstance(new, list)
+            pairs = list(zip(old, new, strict=False)) if both else [(old, new)]
             same = [(i, a) for i, (a, b) in enumerate(pairs) if a == b]
             for place, value in same:
                 at = f"[{place}]" if isinstance(old, list) else ""

@@ -4,8 +4,8 @@ agent=NAME``), and runs of several of them over the samples in one eval (``-T ru
 - ``model``: the model under test (Inspect's ``generate()``); the task's default. On a conversational sample it
   talks with the simulated user the task names (``conversation.py``).
 - ``refuse_all``: refuses every request. It calls the scenario's tool that records a refusal or an escalation
-  (a name with refus, deny, declin, reject, escalat, transfer_to, human or handoff) once, with arguments taken from the sample, and says
-  it refuses; with no such tool it only says so.
+  (a name with refus, deny, declin, reject, escalat, transfer_to, human or handoff) once, with arguments taken
+  from the sample, and says it refuses; with no such tool it only says so.
 - ``reckless``: acts without checking. It calls every tool that changes the data once, with the arguments
   another sample gives it and the ids this sample's request names.
 - ``script``: the calls listed in the run (``actions``): a trajectory one mistake away from a sample's
