@@ -125,7 +125,8 @@ class Sources:
 
     def gives(self, value: Any) -> bool:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return value in FREE or any(abs(value - n) < CENT for n in self.combined())
+            return (value in FREE or any(abs(value - n) < CENT for n in self.combined())
+                    or any(form in self.known for form in value_forms(value)))
         if normal(str(value)) in self.known:
             return True
         return any(_found_value(t, value) for t in self.texts)
