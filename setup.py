@@ -7,6 +7,7 @@ so the package list is computed here. Everything else stays in pyproject.toml.""
 
 from setuptools import find_namespace_packages, setup
 
-PACKAGES = find_namespace_packages(include=["context*", "agents*", "proving*", "scenarios*", "workers*", "baton*", "importers*"])
+PACKAGES = find_namespace_packages(include=["context*", "agents*", "proving*", "scenarios*", "workers*", "baton*",
+                                             "importers*"])
 
 setup(packages=[*PACKAGES, "baton.prompts"], package_dir={"baton.prompts": "prompts"})
