@@ -119,6 +119,14 @@ def test_an_existing_scenario_is_not_overwritten(imported) -> None:
         import_domain(MINI, "mini", root)
 
 
+def test_the_command_says_what_is_wrong_and_what_to_do(tmp_path: Path) -> None:
+    result = baton(tmp_path, "import", "tau2", str(tmp_path / "nowhere"), "--domain", "mini")
+    assert result.exit_code == 2 and "is not a folder" in result.output and "tau2-bench checkout" in result.output
+    result = baton(tmp_path, "import", "tau2", str(MINI), "--domain", "mini", "--name", "../x")
+    assert result.exit_code == 2 and "invalid scenario name" in result.output
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 def test_baton_import_then_evaluate_with_the_gates(tmp_path: Path) -> None:
     result = baton(tmp_path, "import", "tau2", str(MINI), "--domain", "mini")
