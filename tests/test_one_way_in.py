@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.sources import package_sources
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("agents", "proving", "workers", "scenarios")
+PACKAGES = ("agents", "proving", "workers", "scenarios", "importers")
 MODULE_CALLS = {
     "os": {"open", "listdir", "scandir", "walk", "remove", "unlink", "rename", "replace", "mkdir", "makedirs", "stat",
            "lstat", "rmdir", "link", "symlink", "readlink", "chmod", "truncate", "mkfifo"},
@@ -75,6 +75,13 @@ ALLOWED = {
     ("agents/tools/bash_copy.py", "*"): "Bash's own seed and result folders (the scenario read and written "
                                         "with Folder)",
     ("agents/tools/bash.py", "*"): "Bash's own temporary folders (the scenario read and written with Folder)",
+    ("importers/tau2/checkout.py", "*"): "a tau2-bench checkout a person names on the command line, no scenario",
+    ("importers/tau2/toolkit.py", "*"): "the checkout's domain code and baton's own bridge modules (package data)",
+    ("importers/tau2/bridge", "*"): "runs inside the sandbox, carried into an imported scenario's tools/",
+    ("importers/tau2/replay_main.py", "*"): "runs inside the replay's sandbox, on its own temporary folder",
+    ("importers/tau2/replay.py", "*"): "the replay's own temporary folder (its result opened O_NOFOLLOW, bounded)",
+    ("importers/tau2/scenario.py", "*"): "builds a new scenario in a staging folder of its own, renamed into place "
+                                         "once whole (no scenario is there before; it refuses one that appears)",
 }
 
 

@@ -6,7 +6,9 @@ writable), or unconfined where a person set ``BATON_EVAL_SANDBOX=none``, as the 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,22 @@ class Replayed:
     confined: bool
 
 
+def _result(path: Path) -> str | None:
+    """The replay's result as the domain's code left it in its folder: a regular file, never a link (the code
+    ran in the sandbox, but the folder is read here, outside it), at most RESULT_BYTES; None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        data = fh.read(RESULT_BYTES + 1)
+    if len(data) > RESULT_BYTES:
+        raise Tau2ImportError("the replay's result is larger than the import reads")
+    return data.decode("utf-8", errors="replace")
+
+
 def replay(files: dict[str, str], raw: dict[str, Any], actions: dict[str, list[dict[str, Any]]]) -> Replayed:
     with tempfile.TemporaryDirectory(prefix="baton-tau2-replay-") as tmp:
         work = Path(tmp)
@@ -48,15 +66,13 @@ def replay(files: dict[str, str], raw: dict[str, Any], actions: dict[str, list[d
                                   timeout=TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
             raise Tau2ImportError(f"replaying the tasks' expected actions took more than {TIMEOUT_S} s") from None
-        result = work / "replayed.json"
-        if done.returncode != 0 or not result.is_file():
+        text = _result(work / "replayed.json") if done.returncode == 0 else None
+        if text is None:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-12:]
             raise Tau2ImportError("the domain's code failed while loading its database or replaying the tasks "
                                   f"(exit {done.returncode}):\n" + "\n".join(tail),
                                   "run the same domain with tau2 itself to see whether the checkout is broken")
-        if result.stat().st_size > RESULT_BYTES:
-            raise Tau2ImportError("the replay's result is larger than the import reads")
-        value = json.loads(result.read_text(encoding="utf-8"))
+        value = json.loads(text)
     return Replayed(value["initial"], value["tasks"], confined)
 
 
