@@ -204,6 +204,20 @@ def test_context_prints_layers_and_writes_a_png(finished: tuple[Path, SharedRun]
     assert other.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_context_of_a_request_that_no_longer_fits_says_so(finished: tuple[Path, SharedRun], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window too small for what is on disk (settings changed since the run): the timeline is drawn and the
+    command says the next step compacts first, rather than 'unexpected ContextOverflow'."""
+    root = copy_of(finished[0], tmp_path)
+    monkeypatch.setenv("BATON_EXECUTE_WINDOW", "9000")
+    monkeypatch.setenv("BATON_EXECUTE_THRESHOLD", "6000")
+    result = invoke(tmp_path, "context", "refund_desk", "--agent", "execute", "--profile", "demo")
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert "does not fit" in flat and "9,000" in flat and "compact" in flat, flat
+    assert (root / "state" / "execute" / "context.png").read_bytes()[:4] == b"\x89PNG"
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 

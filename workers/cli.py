@@ -34,6 +34,7 @@ from agents.agent import assembler_for
 from agents.config import AgentConfig
 from agents.conventions import FILE
 from agents.disk import AgentDisk
+from context.assembly import ContextOverflow
 from proving import startup
 from proving.priority import lower_priority
 from scenarios.folder import RECORD_BYTES, Folder
@@ -398,10 +399,16 @@ def context(
     if not disk.records:  # nothing to plot, and a read-only command must not create state/ before a run
         context_before_any_step(root, role, config, as_json)
         return
-    assembled = assembler_for(config, disk, disk.history()).assemble(disk.compaction())
     view, threshold = read_agent(root, role), config.context.threshold
     path = png or Layout(root).state(role) / "context.png"
     plot_timeline(view, config.context, path)
+    try:
+        assembled = assembler_for(config, disk, disk.history()).assemble(disk.compaction())
+    except ContextOverflow as exc:  # settings smaller than the run's: what the next step does about it
+        say(Text(f"{role}'s next request does not fit these settings' window of {config.context.window:,} ({exc}); "
+                 "its next step compacts first. Pass the run's --profile to see the layers it sends", style="yellow"))
+        say(Text(f"timeline of {role}'s context: {path}"))
+        return
     if as_json:
         typer.echo(json.dumps(context_json(root, role, assembled, config.context, view) | {"png": str(path)},
                               indent=2))
