@@ -21,6 +21,7 @@ attributes of Inspect's ``EvalLog`` they use.
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import logging
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -263,20 +265,20 @@ def run_eval(task_dir: Path, model: Any, epochs: int, log_dir: Path, task_args: 
     log_dir = Path(os.path.abspath(log_dir))
     check_log_dir(log_dir)
     task_args = dict(task_args or {})
-    home = Path(tempfile.mkdtemp(prefix="baton-inspect-"))
+    child = spares.take()
     try:
-        work, logs, house = home / "task", home / "logs", home / "home"
+        home = child.home
+        work, logs = home / "task", home / "logs"
         refused = Folder(Path(os.path.abspath(task_dir))).copy_tree("", work, skip=lambda n: n.startswith(".env"))
         if not (work / "task.py").is_file():
             raise ChildError(f"{task_dir} holds no task.py Inspect can run" + (f" ({refused[0]})" if refused else ""))
         logs.mkdir()
-        house.mkdir()
-        job = {"task": "task.py", "model": spec.model_dump(include={"name", "config", "args"}), "epochs": epochs,
-               "log_dir": str(logs), "task_args": task_args, "result": str(home / "result.json"),
-               "modules": (modules := _modules(spec)), "paths": _paths(modules)}
-        (home / "job.json").write_text(json.dumps(job), encoding="utf-8")
-        env = child_env(house, [spec.name, str(task_args.get("user") or "")])
-        _run([sys.executable, "-I", str(MAIN), str(home / "job.json")], work, env, timeout_s)
+        models = [spec.name, str(task_args.get("user") or "")]
+        keys = {k: v for k, v in child_env(home / "home", models).items() if k not in child.env}
+        job = {"task": "task.py", "cwd": str(work), "model": spec.model_dump(include={"name", "config", "args"}),
+               "epochs": epochs, "log_dir": str(logs), "task_args": task_args, "result": str(home / "result.json"),
+               "modules": (modules := _modules(spec)), "paths": _paths(modules), "env": keys}
+        child.finish(job, timeout_s)
         answer = _answer(home / "result.json")
         if "prerequisite" in answer:
             raise Prerequisite(str(answer["prerequisite"]))
@@ -289,7 +291,7 @@ def run_eval(task_dir: Path, model: Any, epochs: int, log_dir: Path, task_args: 
         run.location = str(moved[0]) if moved else ""
         return run
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        child.close()
 
 
 def _modules(spec: ModelSpec) -> list[str]:
@@ -312,25 +314,83 @@ def _paths(modules: list[str]) -> list[str]:
     return list(dict.fromkeys(roots))
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float) -> None:
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    tails = [Tail(proc.stdout), Tail(proc.stderr)]
-    for tail in tails:
-        tail.start()
-    try:
-        timed_out = wait_unreaped(proc, timeout_s)
-    finally:
-        kill_group(proc.pid)  # whatever it started (a sandbox, a server of a model) ends with it
-        proc.wait()
-    for tail in tails:
-        tail.join(timeout=5)
-    if timed_out:
-        raise ChildError(f"Inspect's process ran past {timeout_s:.0f} s and was killed")
-    if proc.returncode != 0:
-        said = tails[1].text().strip().splitlines()
-        raise ChildError(f"Inspect's process ended with exit {proc.returncode}: "
-                         f"{said[-1] if said else 'nothing on stderr'}")
+class Child:
+    """One Inspect process, started ahead of its eval so that Inspect's import (seconds) is paid while the
+    caller does other work: it imports Inspect, then waits for one job on its stdin (the model keys its run
+    needs come with the job, never before), runs it and ends. Its own session, its own temporary folder."""
+
+    def __init__(self) -> None:
+        self.parent = os.getpid()  # a forked worker inherits this object, not the process: it leaves it be
+        self.home = Path(tempfile.mkdtemp(prefix="baton-inspect-"))
+        (self.home / "home").mkdir()
+        self.env = child_env(self.home / "home", [])
+        self.proc = subprocess.Popen([sys.executable, "-I", str(MAIN), "--wait"], cwd=self.home, env=self.env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        self.tails = [Tail(self.proc.stdout), Tail(self.proc.stderr)]
+        for tail in self.tails:
+            tail.start()
+
+    def finish(self, job: dict[str, Any], timeout_s: float) -> None:
+        """Hand it ``job``; wait for it to end (killed past ``timeout_s``), its process group killed after."""
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+            self.proc.stdin.close()
+        except OSError:
+            pass  # it ended already: its exit status and stderr say why
+        try:
+            timed_out = wait_unreaped(self.proc, timeout_s)
+        finally:
+            kill_group(self.proc.pid)  # whatever it started (a sandbox, a server of a model) ends with it
+            self.proc.wait()
+        for tail in self.tails:
+            tail.join(timeout=5)
+        if timed_out:
+            raise ChildError(f"Inspect's process ran past {timeout_s:.0f} s and was killed")
+        if self.proc.returncode != 0:
+            said = self.tails[1].text().strip().splitlines()
+            raise ChildError(f"Inspect's process ended with exit {self.proc.returncode}: "
+                             f"{said[-1] if said else 'nothing on stderr'}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.returncode is None:
+            kill_group(self.proc.pid)
+            self.proc.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class Spares:
+    """One Inspect process kept started for the next eval of this process (none until the first eval asks:
+    a process that never runs Inspect starts none). Settings are fixed at start, so a spare's environment is
+    the one the next eval would get, its keys apart."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.spare: Child | None = None
+        atexit.register(self.close)
+
+    def take(self) -> Child:
+        with self.lock:
+            ready, self.spare = self.spare, Child()  # the next eval's, starting now
+        if ready is None or ready.parent != os.getpid():
+            return Child()
+        if ready.alive() and ready.env == child_env(ready.home / "home", []):
+            return ready
+        ready.close()  # it ended, or the settings it was started with are no longer this process's
+        return Child()
+
+    def close(self) -> None:
+        with self.lock:
+            spare, self.spare = self.spare, None
+        if spare is not None and spare.parent == os.getpid():
+            spare.close()
+
+
+spares = Spares()
 
 
 def _answer(path: Path) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""Inspect AI's own process: ``python -I inspect_child_main.py JOB`` (proving/export/inspect_child.py starts it).
+"""Inspect AI's own process: ``python -I inspect_child_main.py --wait`` (proving/export/inspect_child.py starts it).
 
 The one place baton calls ``inspect_ai.eval``. It runs in a process baton built: an environment baton listed,
 a working directory baton owns (a copy of the task, outside every scenario folder), its process group killed
-afterwards. Before Inspect starts, its ``.env`` loading is turned off twice over: ``PYTHON_DOTENV_DISABLED`` in
-the environment (python-dotenv's own switch) and Inspect's ``init_dotenv`` replaced here, which would otherwise
-look for a ``.env`` from the working directory upwards and load every variable in it (issue 39).
+afterwards. Started ahead of its eval, it imports Inspect, then reads its job from stdin. Before Inspect
+starts, its ``.env`` loading is turned off twice over: ``PYTHON_DOTENV_DISABLED`` in the environment
+(python-dotenv's own switch) and Inspect's ``init_dotenv`` replaced here, which would otherwise look for a
+``.env`` from the working directory upwards and load every variable in it (issue 39).
 
 The job (JSON): the task file, the model (a string, with its config and arguments), the modules that register
 model providers, the epochs, the task's arguments, the folder for the log. The answer, written to the job's
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,10 +71,22 @@ def summary_of(log: Any) -> dict[str, Any]:
             "stats": {"model_usage": usage}, "samples": [sample_of(s) for s in log.samples or []]}
 
 
-def main(job_path: str) -> int:
-    job = json.loads(Path(job_path).read_text(encoding="utf-8"))
+def main(argv: list[str]) -> int:
+    """``--wait``: import Inspect first, then take the job from stdin (one line of JSON), its model keys in
+    ``env``; else the job is the file named."""
+    if argv[1:] == ["--wait"]:
+        no_dotenv()  # imports Inspect's start-up: the seconds a waiting process saves its eval
+        line = sys.stdin.readline()
+        if not line:
+            return 0  # the parent ended, or needed no eval
+        job = json.loads(line)
+    else:
+        job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+        no_dotenv()
+    os.environ.update(job.get("env") or {})
+    if job.get("cwd"):
+        os.chdir(job["cwd"])
     sys.path[:0] = job.get("paths") or []
-    no_dotenv()
     for name in job.get("modules") or []:
         importlib.import_module(name)  # providers registered in this process (baton/simulated has an entry point)
     import inspect_ai
@@ -89,4 +103,4 @@ def main(job_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv))
