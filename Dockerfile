@@ -33,6 +33,7 @@ COPY agents ./agents
 COPY proving ./proving
 COPY scenarios ./scenarios
 COPY workers ./workers
+COPY importers ./importers
 COPY baton ./baton
 COPY prompts ./prompts
 COPY setup.py ./
