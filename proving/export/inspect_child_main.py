@@ -37,6 +37,34 @@ def no_dotenv() -> None:
             module.init_dotenv = refused
 
 
+# What an eval imports on its way (Inspect loads its providers' SDKs when a sample starts, whichever model runs):
+# seconds a process that waits for its job imports before it, not on the eval's time. Best effort.
+WARM = ("inspect_ai._eval.eval", "inspect_ai._eval.task.run", "inspect_ai.model._providers.anthropic",
+        "inspect_ai.model._openai_responses", "inspect_ai.agent._acp", "inspect_ai.hooks", "inspect_ai.log._condense",
+        "tiktoken", "jsonschema", "numpy", "markdown_it", "fastapi", "uvicorn", "aiohttp")
+
+
+def warm() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # baton's own packages (``-I`` left them out)
+    for name in (*WARM, "proving.evaluation.blind_model"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 - a module this Inspect lacks or cannot load: the eval does without
+            continue
+    try:  # the vocabulary Inspect counts tokens with, when it is on disk already (never a download here)
+        import hashlib
+
+        import tiktoken
+
+        from proving.export.runtime.offline_tokens import O200K_URL, tiktoken_cache_dir
+
+        cache = tiktoken_cache_dir()
+        if cache is not None and (cache / hashlib.sha1(O200K_URL.encode()).hexdigest()).is_file():
+            tiktoken.get_encoding("o200k_base")
+    except Exception:  # noqa: BLE001, S110 - the eval loads it itself
+        pass
+
+
 def model_of(spec: dict[str, Any]) -> Any:
     if not spec.get("config") and not spec.get("args"):
         return spec["name"]
@@ -76,6 +104,7 @@ def main(argv: list[str]) -> int:
     ``env``; else the job is the file named."""
     if argv[1:] == ["--wait"]:
         no_dotenv()  # imports Inspect's start-up: the seconds a waiting process saves its eval
+        warm()
         line = sys.stdin.readline()
         if not line:
             return 0  # the parent ended, or needed no eval
