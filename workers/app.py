@@ -84,7 +84,7 @@ def mask_secrets(text: str, env: Mapping[str, str] | None = None) -> str:
 
 def make_app(url: str | None = None) -> Celery:
     url = url or broker_url() or "redis://127.0.0.1:6379/0"
-    app = Celery("baton", broker=url, backend=url, include=["workers.tasks", "workers.reaper"])
+    app = Celery("baton", broker=url, backend=url, include=["workers.tasks", "workers.gate_tasks", "workers.reaper"])
     app.conf.update(
         task_queues=[Queue(name, routing_key=name) for name in QUEUES],
         task_default_queue="execute",

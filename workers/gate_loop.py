@@ -19,8 +19,9 @@ from agents.settings_layers import proving_settings
 from proving.evaluation.gate_shards import Plan, run_shard
 from proving.evaluation.gates import ProvingSettings
 from proving.evaluation.quality import Quality
+from proving.evaluation.report_file import raw_report
 from scenarios.run import load_run
-from workers.loop import Task, raw_report
+from workers.task_spec import Task
 
 
 def plan_or_quality(root: Path, iteration: int, settings: ProvingSettings) -> tuple[list[Task], Quality | None]:

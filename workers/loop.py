@@ -18,9 +18,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
+from typing import Any
 
 from agents.agent import Agent, check_threshold
 from agents.backends import check_model, model_for, scenario_brief
@@ -48,42 +46,19 @@ from agents.step import compaction_before, run_step
 from agents.tools.handoff import KIND, handoff_path
 from proving.evaluation.gate_shards import prove_in_shards
 from proving.evaluation.gates import ProvingSettings
-from proving.evaluation.quality import GateName, Quality
+from proving.evaluation.quality import Quality
+from proving.evaluation.report_file import raw_report  # noqa: F401 - also the loop's to its callers
 from scenarios.folder import EVERY, RECORD_BYTES, Folder
 from scenarios.lease import Lease, LeaseLost
 from scenarios.run import IterationResult, RunRecord, archive_run, claim_run, example_copied, load_run, save_run
 from scenarios.store import Layout, StoreError, check_name
 from workers.pinning import pin_models
 from workers.targets import figure_summary, unmet_targets
+from workers.task_spec import Task  # noqa: F401 - the loop's unit of work, named here by its callers
 
 SCENARIOS_ENV = "BATON_SCENARIOS_DIR"
 REQUIRED = ("totals.samples", "totals.passed", "success_rate")  # report.json figures "done" is decided on
 log = logging.getLogger(__name__)
-
-
-class Task(BaseModel):
-    """One unit of work. Arguments are ids only: never payloads, never secrets."""
-
-    kind: Literal["step", "compaction", "phase", "proving", "gate"]
-    scenario: str
-    agent: Role | None = None
-    # The step due (step), the last finished step (compaction) or the shard (gate). Strict: "3" or 3.5 is a
-    # sender's bug.
-    number: StrictInt | None = Field(default=None, ge=0)
-    gate: GateName | None = None  # a gate task's gate (workers/gate_loop.py)
-
-    @field_validator("scenario")
-    @classmethod
-    def _safe_name(cls, name: str) -> str:
-        return check_name(name)
-
-    @model_validator(mode="after")
-    def _complete(self) -> Task:
-        if self.kind in ("step", "compaction") and (self.agent is None or self.number is None):
-            raise ValueError(f"a {self.kind} task needs an agent (init or execute) and a step number")
-        if self.kind == "gate" and (self.gate is None or self.number is None):
-            raise ValueError("a gate task needs a gate (floor, mutation...) and a shard number")
-        return self
 
 
 def scenarios_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -449,14 +424,6 @@ def write_quality(root: Path, iteration: int, report: dict[str, Any], quality: Q
     """report.json with the gates' ``quality`` added: baton's write, under the run's lease."""
     Folder(root).write_json(Layout(root).outputs(iteration) / "report.json",
                             {**report, "quality": quality.model_dump(mode="json", by_alias=True)}, lease)
-
-
-def raw_report(root: Path, iteration: int) -> dict[str, Any]:
-    path = Layout(root).outputs(iteration) / "report.json"
-    report = Folder(root).read_json(path, f"iteration {iteration}'s evaluation report", RECORD_BYTES)
-    if not isinstance(report, dict):
-        raise StoreError(f"{path} is not a JSON object; re-run the evaluation, then `baton resume`")
-    return report
 
 
 def _report(root: Path, iteration: int) -> dict[str, Any]:

@@ -361,8 +361,3 @@ def proving_task(self: CeleryTask, scenario: str) -> dict:
     sent = dispatch_once(self, following, headers)
     return {"scenario": scenario, "iteration": iteration, "figures": figures, "line": line,
             "next": [t.model_dump() for t in sent]}
-
-
-# Registers baton.gate (its own module: one shard of an iteration's gates); imported here so that every process
-# that loads the tasks, a worker or a sender, knows it.
-from workers import gate_tasks  # noqa: E402,F401

@@ -101,3 +101,11 @@ def _first_line(exc: Exception) -> str:
         more = f" and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
         return f"{where}: {first['msg'].lower()}{more}"
     return ((str(exc).splitlines() or [type(exc).__name__])[0])[:PROBLEM_CHARS]
+
+
+def raw_report(root: Path, iteration: int) -> dict[str, Any]:
+    path = Layout(root).outputs(iteration) / "report.json"
+    report = Folder(root).read_json(path, f"iteration {iteration}'s evaluation report", RECORD_BYTES)
+    if not isinstance(report, dict):
+        raise StoreError(f"{path} is not a JSON object; re-run the evaluation, then `baton resume`")
+    return report
