@@ -60,6 +60,7 @@ ALLOWED = {
     ("proving/sandbox", "*"): "cgroupfs, /proc and the sandbox's own mounts and folders",
     ("proving/processes.py", "*"): "runs inside the sandbox and the export; no scenario folder there",
     ("proving/evaluation/child_main.py", "*"): "runs inside a sample's sandbox, on its own copy",
+    ("proving/evaluation/child_runs.py", "*"): "runs inside a sample's sandbox (the gates' runs), on its own copy",
     ("proving/evaluation/fork_server_main.py", "*"): "runs inside the sample server's sandbox",
     ("proving/evaluation/spawned_main.py", "*"): "runs inside a spawned sample's sandbox",
     ("proving/evaluation/fork_server.py", "*"): "the sample server's own temporary folders",
