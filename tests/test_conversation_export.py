@@ -2,7 +2,7 @@
 test (Inspect's mock, scripted) talks with the scripted user and with a model playing the user; the transcript
 shows both sides; a user that volunteers a withheld fact is reported as the simulator's fault and counted apart;
 `baton try` runs a conversational sample. The scenario is the example's finished run with one hand-written
-conversational sample beside one of its own. Needs the `inspect` extra (pip install -e '.[inspect]')."""
+conversational sample beside one of its own. Needs Inspect AI (a core dependency: pip install -e .)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from proving.export.tryout import eval_export
 from tests.export_support import baton
 from tests.shared_runs import SharedRun
 
-for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e '.[inspect]'"),
+for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e ."),
                     ("quicktok", "quicktok-v1 (the offline o200k vocabulary) is not installed: "
-                                 "pip install -e '.[inspect]'")):
+                                 "pip install -e .")):
     if importlib.util.find_spec(needed) is None:
         pytest.skip(why, allow_module_level=True)
 # Kept on one worker, which pays Inspect's import once; each test is a run of the exported task by Inspect.

@@ -1,7 +1,7 @@
 """The exported task run by Inspect AI itself, offline: its mock model scripted to make
 each sample's expected calls (every sample scores 1), scripted to make a wrong call (0,
 with the reason), and unscripted as in the issue's command; `baton try` and what
-`baton status` shows of it. Needs the `inspect` extra (pip install -e '.[inspect]')."""
+`baton status` shows of it. Needs Inspect AI (a core dependency: pip install -e .)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from tests.export_support import baton
 
 # Inspect is imported only by the tests that run it: collecting this module must not cost every
 # xdist worker an import of Inspect (seconds of CPU), and its tests go to two workers (tests/conftest.py).
-for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e '.[inspect]'"),
+for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e ."),
                     ("quicktok", "quicktok-v1 (the offline o200k vocabulary) is not installed: "
-                                 "pip install -e '.[inspect]'")):
+                                 "pip install -e .")):
     if importlib.util.find_spec(needed) is None:
         pytest.skip(why, allow_module_level=True)
 # Two groups, each kept on one worker: each pays Inspect's import once, and the halves run side by side.

@@ -31,9 +31,9 @@ import pytest
 from proving.sandbox.bwrap import SandboxUnavailable, usable_bwrap
 from tests.test_bash_sandbox import gone, processes_with
 
-for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e '.[inspect]'"),
+for needed, why in (("inspect_ai", "Inspect AI is not installed: pip install -e ."),
                     ("quicktok", "quicktok-v1 (the offline o200k vocabulary) is not installed: "
-                                 "pip install -e '.[inspect]'")):
+                                 "pip install -e .")):
     if importlib.util.find_spec(needed) is None:
         pytest.skip(why, allow_module_level=True)
 pytestmark = pytest.mark.xdist_group("inspect_ai_sandbox")  # Inspect's import, paid once on one worker
