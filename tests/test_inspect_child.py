@@ -33,7 +33,7 @@ from tests.test_bash_sandbox import gone, processes_with
 
 for needed in ("inspect_ai", "quicktok"):
     if importlib.util.find_spec(needed) is None:
-        pytest.skip(f"{needed} is not installed: pip install -e '.[inspect]'", allow_module_level=True)
+        pytest.skip(f"{needed} is not installed: pip install -e .", allow_module_level=True)
 try:
     usable_bwrap()
     NO_BWRAP = ""

@@ -23,7 +23,7 @@ from workers.render import Progress, summary
 from workers.targets import figure_summary, unmet_targets
 
 OVER = "over the threshold of"
-NO_INSPECT = "Inspect AI is not installed: pip install 'baton[inspect]' (in a checkout: pip install -e '.[inspect]')"
+NO_INSPECT = "Inspect AI is not installed: it comes with baton (pip install baton; in a checkout: pip install -e .)"
 
 
 @pytest.fixture(scope="module")

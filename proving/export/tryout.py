@@ -33,7 +33,7 @@ MOCK_NOTE = ("no model under test was named and no ANTHROPIC_API_KEY is set, so 
              f"{MOCK_MODEL}, which answers with a fixed text and calls no tool: only samples whose right outcome "
              "is to change nothing can pass. Name a model with --model provider/model (and its key) for a real tryout")
 EXPLANATION_CHARS = 600
-NO_INSPECT = "Inspect AI is not installed: pip install 'baton[inspect]' (in a checkout: pip install -e '.[inspect]')"
+NO_INSPECT = "Inspect AI is not installed: it comes with baton (pip install baton; in a checkout: pip install -e .)"
 
 
 class TryoutError(ExportError):
