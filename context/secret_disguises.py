@@ -42,7 +42,7 @@ import string
 from typing import Callable
 
 from context.secret_shapes import TOKEN_PREFIXES, token_spans
-from context.secret_words import REDACTED, long_runs, splice
+from context.secret_words import long_runs, redact_spans
 
 # Base64 (both alphabets) and hex digits, and "." for JWTs and Vault, SendGrid and Google tokens turned round.
 _RUN_ALPHABET = frozenset(string.ascii_letters + string.digits + "+/-_.")
@@ -145,14 +145,4 @@ def redact_disguised(text: str, plain: Callable[[str], str]) -> str:
     spans: list[tuple[int, int]] = []
     for start, end in long_runs(marks, _MIN_RUN):
         spans += _run_spans(text, start, end, plain, budget)
-    if not spans:
-        return text
-    # Spans can overlap (a reversed key in what also reads as base64): each overlap goes as one, so that no
-    # part of either is left for a second call to find.
-    merged: list[tuple[int, int, str]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]), REDACTED)
-        else:
-            merged.append((start, end, REDACTED))
-    return splice(text, merged)
+    return redact_spans(text, spans) if spans else text

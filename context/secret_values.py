@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from context.secret_names import is_secret_name
-from context.secret_words import REDACTED, long_runs, splice
+from context.secret_words import REDACTED, long_runs, redact_spans
 
 MIN_CHARS = 8
 MAX_DECODED = 65_536  # bytes a gzip stretch is inflated to at most
@@ -282,12 +282,4 @@ def redact_known(text: str, plain: Callable[[str], str]) -> str:
         decoded = _spelled(m.group(), pattern)
         if plain(decoded) != decoded or holds_known(decoded):
             spans.append(m.span())
-    if not spans:
-        return text
-    merged: list[tuple[int, int, str]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]), REDACTED)
-        else:
-            merged.append((start, end, REDACTED))
-    return splice(text, merged)
+    return redact_spans(text, spans) if spans else text

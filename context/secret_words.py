@@ -27,6 +27,18 @@ def splice(text: str, spans: list[tuple[int, int, str]]) -> str:
     return "".join(pieces)
 
 
+def redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with every (start, end) span replaced by REDACTED, overlapping spans as one: no part of either
+    is left for a second call to find (a reversed key in what also reads as base64)."""
+    merged: list[tuple[int, int, str]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]), REDACTED)
+        else:
+            merged.append((start, end, REDACTED))
+    return splice(text, merged)
+
+
 def long_runs(marks: bytes, length: int) -> Iterator[tuple[int, int]]:
     """(start, end) of each run of ``length`` or more "a" in ``marks``, a text translated to "a" and " ".
 
