@@ -101,7 +101,7 @@ def _source_tree(target: Path) -> Path:
         if (REPO / name).exists():
             shutil.copy2(REPO / name, target / name)
     shutil.copy2(REPO / "setup.py", target / "setup.py")
-    for package in ("context", "agents", "proving", "scenarios", "workers", "baton", "prompts"):
+    for package in ("context", "agents", "proving", "scenarios", "workers", "importers", "baton", "prompts"):
         shutil.copytree(REPO / package, target / package, ignore=ignore)
     return target
 

@@ -38,12 +38,14 @@ import os
 import resource
 import signal
 import stat
+import sys
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MS_REMOUNT = 32
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -204,7 +206,21 @@ def _seal(folder: int, max_processes: int, disk_bytes: int) -> None:
         # The kernel refuses a new /proc where the server's has read-only covers over some of its
         # folders (bwrap adds them for a root worker): then the sample gets none, not the server's.
         _mount("none", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=555")
+    # The Python install trees under /tmp (a venv made there) would vanish under the sample's own /tmp: each is
+    # held by a descriptor across the mount and bound back, read-only, from it.
+    held = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in _python_under_tmp()]
+    here = os.open(".", os.O_PATH | os.O_DIRECTORY)
     _mount("none", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, TMP_SIZE)
+    for path, fd in held:
+        try:
+            os.makedirs(path, exist_ok=True)
+            os.fchdir(fd)  # "." is then the covered tree (no /proc/self/fd needed: a root worker's sample has none)
+            _mount(".", path, None, MS_BIND | MS_REC)
+            _mount("none", path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        finally:
+            os.fchdir(here)
+            os.close(fd)
+    os.close(here)
     try:
         _write("/proc/sys/user/max_user_namespaces", "0")  # no nested user namespace from here down
     except OSError:
@@ -212,6 +228,12 @@ def _seal(folder: int, max_processes: int, disk_bytes: int) -> None:
     _drop_capabilities()
     _forbid_user_namespaces()  # after no_new_privs, which an unprivileged filter requires
     resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+
+
+def _python_under_tmp() -> list[str]:
+    """The interpreter's and the venv's trees that lie beneath /tmp (the sandbox bound them there read-only)."""
+    return [prefix for prefix in dict.fromkeys((sys.base_prefix, sys.prefix))
+            if prefix.startswith("/tmp/") and os.path.isdir(prefix)]
 
 
 def enter(name: str, cgroups: list[str], max_processes: int, disk_mb: int = DISK_MB, group: int = 0) -> None:
