@@ -128,13 +128,31 @@ def test_a_failed_call_leaves_the_data_as_it_was_and_the_data_is_what_json_gives
     assert final["orders"]["O1"] is DATA["orders"]["O1"] and DATA["orders"]["O2"].get("tags") is None
 
 
+def through_inspect(ctx, gate: str, runs: list[dict]) -> dict:
+    """``runs`` in one Inspect eval of the export with its deterministic agents (``-T runs=``), as the gates ran
+    them before the harness: per run id, its outcome as the task's own scorer judged it."""
+    from proving.evaluation.exported import CALLS, LOGS, RunOutcome, task_folder
+    from proving.export.tryout import MOCK_MODEL, eval_export
+    from scenarios.folder import Folder
+
+    listed = ctx.out_dir / LOGS / f"{gate}_runs.json"
+    Folder(ctx.root).write_json(listed, {"runs": runs})
+    log = eval_export(task_folder(ctx), MOCK_MODEL, 1, ctx.out_dir / LOGS, {"runs": str(listed.resolve())})
+    outcomes = {}
+    for sample in log.samples:
+        score = next(iter(sample.scores.values()), None) if sample.scores else None
+        outcomes[str(sample.id)] = RunOutcome(score is not None and score.value == 1.0,
+                                              (score.explanation or "") if score is not None else "no score",
+                                              list((sample.store or {}).get(CALLS) or []))
+    return outcomes
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("inspect_gates")
 def test_the_harness_judges_every_run_as_the_exported_task_does_through_inspect(tmp_path: Path) -> None:
     """The same runs through the export with Inspect (as the gates ran them before): the same verdicts, the same
     calls made and failed."""
     pytest.importorskip("inspect_ai")
-    from proving.evaluation.exported import run_agents as through_inspect
     from proving.evaluation.floors import floor_runs
     from proving.evaluation.gate_harness import run_agents
     from proving.evaluation.gates import GateContext
