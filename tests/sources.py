@@ -20,3 +20,9 @@ def package_sources(repo: Path, package: str) -> Iterator[Path]:
     for path in sorted((repo / package).rglob("*.py")):
         if in_package(path, repo):
             yield path
+
+
+def in_scenario_folder(path: Path, repo: Path) -> bool:
+    """``path`` lies in a scenario's folder (one holding scenario.toml: the example's, a user's with its runs)."""
+    return any((folder / "scenario.toml").is_file() for folder in path.parents if repo in folder.parents)
+

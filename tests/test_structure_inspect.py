@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.sources import in_scenario_folder
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("context", "scenarios", "proving", "agents", "workers")
 LAUNCHER = "proving/export/inspect_child_main.py"
@@ -26,6 +28,8 @@ def sources() -> dict[str, ast.AST]:
     found = {}
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
+            if in_scenario_folder(path, REPO):
+                continue  # model-written code of a scenario's runs (a user's in the checkout), not baton's
             found[str(path.relative_to(REPO))] = ast.parse(path.read_text(encoding="utf-8"))
     return found
 
